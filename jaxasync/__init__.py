@@ -1,0 +1,15 @@
+"""jaxasync: asynchronous actor-learner reinforcement learning in JAX."""
+
+from jaxasync.agents.dqn import DQN, DQNConfig, DQNState, linear_epsilon
+from jaxasync.checkpoint import restore_checkpoint, save_checkpoint
+from jaxasync.envs import ConfigError, EnvFactory, check_env_id
+from jaxasync.evaluator import Evaluator
+from jaxasync.learner import IntervalTrigger, Learner
+from jaxasync.recorder import (ConsoleRecorder, MemoryRecorder, MultiRecorder, NullRecorder,
+                               Recorder, TensorboardRecorder)
+from jaxasync.replay import ReplayBuffer
+from jaxasync.step_processor import StepProcessor
+from jaxasync.trainer import Trainer, TrainerConfig
+from jaxasync.types import ModelInfo, Transition
+
+__version__ = "0.1.0"

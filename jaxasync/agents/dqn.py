@@ -1,0 +1,226 @@
+"""DQN and its Rainbow-style extensions as pure functions over pytrees.
+
+``DQN`` bundles three jitted functions:
+  * ``greedy_actions(params, obs)``: argmax of Q on whatever device ``params``
+    live on (actors commit their copy to the CPU);
+  * ``act(params, obs, epsilon, rng)``: epsilon-greedy in numpy around it, so the
+    jitted call is the only dispatch per vector step;
+  * ``update(state, batch, weights)``: ``k`` SGD steps in one call (``lax.scan``)
+    on the default device, since per-call dispatch dominates small updates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Sequence
+
+import chex
+import flax
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import rlax
+
+from jaxasync.envs import ConfigError, check_discrete_q_spaces, obs_is_image
+from jaxasync.networks import QNetwork
+from jaxasync.types import Transition
+
+PyTree = Any
+
+
+@dataclasses.dataclass(frozen=True)
+class DQNConfig:
+  """Hyperparameters of the DQN learner and its epsilon-greedy policy.
+
+  Attributes:
+    hidden_sizes: MLP torso sizes (vector observations).
+    learning_rate: Adam step size.
+    adam_eps: Adam epsilon.
+    max_grad_norm: global-norm gradient clipping.
+    batch_size: transitions per SGD step.
+    double_q: select the bootstrap action with the online network.
+    huber_delta: Huber loss threshold (expected-Q loss only).
+    target_update_period: hard copy every this many SGD steps (used when ``tau == 1``).
+    tau: Polyak factor per SGD step; ``1.0`` means periodic hard copies.
+    dueling: dueling head.
+    num_atoms: ``1`` for expected Q; ``> 1`` for C51 over ``[v_min, v_max]``.
+    v_min, v_max: C51 support.
+    eps_start, eps_end, eps_decay_steps: linear epsilon schedule over env steps.
+    reward_clip: clip rewards to ``[-c, c]`` in the loss (Atari); ``0`` disables.
+  """
+
+  hidden_sizes: Sequence[int] = (64, 64)
+  learning_rate: float = 1e-3
+  adam_eps: float = 1e-8
+  max_grad_norm: float = 10.0
+  batch_size: int = 128
+  double_q: bool = True
+  huber_delta: float = 1.0
+  target_update_period: int = 250
+  tau: float = 1.0
+  dueling: bool = False
+  num_atoms: int = 1
+  v_min: float = -10.0
+  v_max: float = 10.0
+  eps_start: float = 1.0
+  eps_end: float = 0.05
+  eps_decay_steps: int = 10_000
+  reward_clip: float = 0.0
+
+  def validate(self) -> None:
+    if self.batch_size < 1:
+      raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}.")
+    if not 0.0 < self.tau <= 1.0:
+      raise ConfigError(f"tau must be in (0, 1], got {self.tau}.")
+    if self.target_update_period < 1:
+      raise ConfigError(f"target_update_period must be >= 1, got {self.target_update_period}.")
+    if self.num_atoms < 1 or (self.num_atoms > 1 and self.v_min >= self.v_max):
+      raise ConfigError(
+          f"num_atoms={self.num_atoms}, v_min={self.v_min}, v_max={self.v_max}: need "
+          "num_atoms >= 1 and v_min < v_max.")
+    if not (0.0 <= self.eps_end <= 1.0 and 0.0 <= self.eps_start <= 1.0):
+      raise ConfigError("eps_start and eps_end must be in [0, 1].")
+
+
+@flax.struct.dataclass
+class DQNState:
+  """The learner's state: a pytree (checkpointed leaf by leaf)."""
+
+  params: PyTree
+  target_params: PyTree
+  opt_state: PyTree
+  opt_steps: jnp.ndarray  # int32 scalar: SGD steps taken
+
+
+def linear_epsilon(env_steps: int, start: float, end: float, decay_steps: int) -> float:
+  """Linearly anneals from ``start`` to ``end`` over ``decay_steps`` env steps (plain Python)."""
+  frac = min(1.0, env_steps / max(1, decay_steps))
+  return start + frac * (end - start)
+
+
+class DQN:
+  """Double DQN with optional dueling and C51 heads, for Box observations and Discrete actions.
+
+  Args:
+    config: hyperparameters.
+    obs_space: one sub-env's observation space (a ``Box``).
+    action_space: one sub-env's action space (``Discrete``).
+  """
+
+  def __init__(self, config: DQNConfig, obs_space: gym.Space, action_space: gym.Space,
+               env_id: str = "the env"):
+    check_discrete_q_spaces(obs_space, action_space, env_id)
+    config.validate()
+    self.config = config
+    self.obs_space, self.action_space = obs_space, action_space
+    self.num_actions = int(action_space.n)
+    self.network = QNetwork(
+        num_actions=self.num_actions,
+        torso="nature_cnn" if obs_is_image(obs_space) else "mlp",
+        hidden_sizes=tuple(config.hidden_sizes), dueling=config.dueling,
+        num_atoms=config.num_atoms)
+    self.optimizer = optax.chain(
+        optax.clip_by_global_norm(config.max_grad_norm),
+        optax.adam(config.learning_rate, eps=config.adam_eps))
+    self.atoms = jnp.linspace(config.v_min, config.v_max, config.num_atoms)
+    self.greedy_actions = jax.jit(self._greedy_actions)
+    self.update = jax.jit(self._update, donate_argnums=0)
+
+  # --- init / params -------------------------------------------------------
+  def init(self, key: chex.PRNGKey) -> DQNState:
+    obs = jnp.zeros((1,) + self.obs_space.shape, self.obs_space.dtype)
+    params = self.network.init(key, obs)
+    return DQNState(params=params, target_params=jax.tree.map(jnp.copy, params),
+                    opt_state=self.optimizer.init(params), opt_steps=jnp.zeros((), jnp.int32))
+
+  @staticmethod
+  def policy_params(state: DQNState) -> PyTree:
+    """The part of the state actors need."""
+    return state.params
+
+  def epsilon(self, env_steps: int) -> float:
+    c = self.config
+    return linear_epsilon(env_steps, c.eps_start, c.eps_end, c.eps_decay_steps)
+
+  # --- acting --------------------------------------------------------------
+  def q_values(self, params: PyTree, obs: jnp.ndarray) -> jnp.ndarray:
+    """Expected Q-values ``[B, A]``."""
+    out = self.network.apply(params, obs)
+    if self.config.num_atoms > 1:
+      out = jnp.sum(jax.nn.softmax(out, axis=-1) * self.atoms, axis=-1)
+    return out
+
+  def _greedy_actions(self, params: PyTree, obs: jnp.ndarray) -> jnp.ndarray:
+    return jnp.argmax(self.q_values(params, obs), axis=-1).astype(jnp.int32)
+
+  def act(self, params: PyTree, obs: np.ndarray, epsilon: float | np.ndarray,
+          rng: np.random.Generator) -> np.ndarray:
+    """Epsilon-greedy actions ``[B]`` for observations ``[B, *obs_shape]``.
+
+    ``epsilon`` is a scalar or one value per row (per-env exploration).
+    """
+    actions = np.asarray(self.greedy_actions(params, obs))
+    n = actions.shape[0]
+    explore = rng.random(n) < epsilon
+    if explore.any():
+      actions = np.where(explore, rng.integers(0, self.num_actions, n), actions)
+    return actions.astype(self.action_space.dtype, copy=False)
+
+  # --- learning ------------------------------------------------------------
+  def loss(self, params: PyTree, target_params: PyTree, batch: Transition,
+           weights: jnp.ndarray) -> tuple[jnp.ndarray, tuple[jnp.ndarray, dict]]:
+    """Importance-weighted loss over a batch ``[B]``; aux: per-item priorities ``[B]`` and metrics."""
+    c = self.config
+    reward = batch.reward
+    if c.reward_clip > 0:
+      reward = jnp.clip(reward, -c.reward_clip, c.reward_clip)
+    online_tm1 = self.network.apply(params, batch.obs)
+    target_t = self.network.apply(target_params, batch.next_obs)
+    online_t = self.network.apply(params, batch.next_obs) if c.double_q else target_t
+    action = batch.action.astype(jnp.int32)
+    if c.num_atoms == 1:
+      td = jax.vmap(rlax.double_q_learning)(
+          online_tm1, action, reward, batch.discount, target_t, online_t)
+      per_item = rlax.huber_loss(td, c.huber_delta)
+      priority = jnp.abs(td)
+      q_mean = jnp.mean(online_tm1)
+    else:
+      atoms = jnp.broadcast_to(self.atoms, (reward.shape[0], c.num_atoms))
+      q_select = jnp.sum(jax.nn.softmax(online_t, -1) * self.atoms, -1)
+      per_item = jax.vmap(rlax.categorical_double_q_learning)(
+          atoms, online_tm1, action, reward, batch.discount, atoms, target_t, q_select)
+      priority = per_item  # cross-entropy, as in Rainbow
+      q_mean = jnp.mean(jnp.sum(jax.nn.softmax(online_tm1, -1) * self.atoms, -1))
+    loss = jnp.mean(weights * per_item)
+    return loss, (jax.lax.stop_gradient(priority), {"loss": loss, "q_mean": q_mean})
+
+  def _sgd_step(self, state: DQNState, inputs) -> tuple[DQNState, tuple]:
+    batch, weights = inputs
+    grads, (priority, metrics) = jax.grad(self.loss, has_aux=True)(
+        state.params, state.target_params, batch, weights)
+    updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    opt_steps = state.opt_steps + 1
+    c = self.config
+    if c.tau < 1.0:
+      target = optax.incremental_update(params, state.target_params, c.tau)
+    else:
+      target = optax.periodic_update(params, state.target_params, opt_steps,
+                                     c.target_update_period)
+    metrics["grad_norm"] = optax.global_norm(grads)
+    return DQNState(params=params, target_params=target, opt_state=opt_state,
+                    opt_steps=opt_steps), (priority, metrics)
+
+  def _update(self, state: DQNState, batch: Transition,
+              weights: jnp.ndarray | None = None) -> tuple[DQNState, dict, jnp.ndarray]:
+    """``k`` SGD steps over ``batch`` with leaves ``[k, B, ...]``.
+
+    Returns the new state, metrics averaged over the ``k`` steps, and priorities ``[k, B]``.
+    """
+    if weights is None:
+      weights = jnp.ones(batch.reward.shape, jnp.float32)
+    state, (priority, metrics) = jax.lax.scan(self._sgd_step, state, (batch, weights))
+    return state, jax.tree.map(jnp.mean, metrics), priority

@@ -1,0 +1,104 @@
+"""Environment factories and space validation.
+
+Env factories are plain picklable dataclasses so that actor processes (spawn
+start method) can rebuild the env on their side.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+
+class ConfigError(ValueError):
+  """Bad user input: the message names the problem and the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvFactory:
+  """Builds gymnasium vector envs for one env id.
+
+  Attributes:
+    env_id: any registered gymnasium id, or gymnasium's ``"module:EnvName-v0"``
+      form, which imports ``module`` to register the env first.
+    kwargs: keyword arguments for ``gymnasium.make``.
+    vectorization_mode: ``None`` lets gymnasium pick (an env's native vector
+      implementation when it has one, as CartPole does, else ``"sync"``).
+  """
+
+  env_id: str
+  kwargs: tuple[tuple[str, Any], ...] = ()
+  vectorization_mode: str | None = None
+
+  def __call__(self, num_envs: int, seed: int | None = None) -> gym.vector.VectorEnv:
+    """A vector env of ``num_envs`` sub-envs in ``NEXT_STEP`` autoreset mode, reset with ``seed``."""
+    if num_envs < 1:
+      raise ConfigError(f"num_envs must be >= 1, got {num_envs}.")
+    check_env_id(self.env_id)
+    kwargs = dict(self.kwargs)
+    try:
+      env = gym.make_vec(self.env_id, num_envs=num_envs,
+                         vectorization_mode=self.vectorization_mode, **kwargs)
+    except (gym.error.Error, TypeError):
+      # Some ids have no vector entry point for these kwargs: fall back to sync.
+      env = gym.make_vec(self.env_id, num_envs=num_envs, vectorization_mode="sync", **kwargs)
+    mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+    if mode != AutoresetMode.NEXT_STEP:
+      env.close()
+      raise ConfigError(
+          f"{self.env_id} vector env uses autoreset mode {mode}; jaxasync's StepProcessor needs "
+          "NEXT_STEP (gymnasium's default): build it without autoreset_mode.")
+    env.reset(seed=seed)
+    return env
+
+
+def check_env_id(env_id: str) -> None:
+  """Raises ``ConfigError`` naming the fix if ``env_id`` cannot be made."""
+  if ":" in env_id:
+    module = env_id.split(":", 1)[0]
+    try:
+      __import__(module)
+    except ImportError as e:
+      raise ConfigError(
+          f"unknown env id {env_id!r}: cannot import module {module!r} ({e}); install it or "
+          "fix the 'module:EnvName-v0' id.") from None
+    env_id = env_id.split(":", 1)[1]
+  if env_id not in gym.registry:
+    close = [k for k in gym.registry if k.lower().startswith(env_id.split("-")[0].lower())]
+    hint = f" Did you mean one of {close[:5]}?" if close else ""
+    raise ConfigError(
+        f"unknown env id {env_id!r}: it is not registered with gymnasium.{hint} "
+        "Pass a registered id, or 'module:EnvName-v0' to import the module that registers it.")
+
+
+def check_discrete_q_spaces(obs_space: gym.Space, action_space: gym.Space, env_id: str) -> None:
+  """Raises ``ConfigError`` unless the spaces suit a discrete-action Q-learner."""
+  if not isinstance(action_space, gym.spaces.Discrete):
+    raise ConfigError(
+        f"{env_id} has action space {action_space}; DQN/Rainbow need a Discrete action space. "
+        "Use a discrete env, or a continuous-control algorithm.")
+  if not isinstance(obs_space, gym.spaces.Box):
+    raise ConfigError(
+        f"{env_id} has observation space {obs_space}; jaxasync's Q-networks need a Box. "
+        "Wrap the env with gymnasium.wrappers.FlattenObservation (or similar) first.")
+
+
+def single_spaces(env: gym.vector.VectorEnv) -> tuple[gym.Space, gym.Space]:
+  return env.single_observation_space, env.single_action_space
+
+
+def spaces_of(factory: EnvFactory) -> tuple[gym.Space, gym.Space]:
+  """Observation and action space of one sub-env of ``factory``."""
+  env = factory(1)
+  try:
+    return single_spaces(env)
+  finally:
+    env.close()
+
+
+def obs_is_image(obs_space: gym.spaces.Box) -> bool:
+  return len(obs_space.shape) == 3 and obs_space.dtype == np.uint8

@@ -1,0 +1,55 @@
+"""Greedy (or low-epsilon) evaluation on an env of its own."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+
+from jaxasync.envs import EnvFactory
+
+PyTree = Any
+
+
+def to_cpu(params: PyTree) -> PyTree:
+  """Commits a host copy of ``params`` to the CPU device, so jitted acting runs there."""
+  cpu = jax.devices("cpu")[0]
+  return jax.device_put(jax.tree.map(np.array, params), cpu)
+
+
+class Evaluator:
+  """Runs ``num_episodes`` episodes, one per sub-env of a vector env, and averages their returns.
+
+  Args:
+    agent: has ``act(params, obs, epsilon, rng)``.
+    env_factory: builds the evaluation env (may differ from the training env).
+    num_episodes: episodes per evaluation (run in parallel, one per sub-env).
+    epsilon: exploration during evaluation (0 = greedy).
+    seed: evaluation ``k`` resets its env with ``seed + k``.
+  """
+
+  def __init__(self, agent, env_factory: EnvFactory, num_episodes: int = 10,
+               epsilon: float = 0.0, seed: int = 10_000):
+    self.agent, self.num_episodes, self.epsilon = agent, num_episodes, epsilon
+    self._env = env_factory(num_episodes, seed=seed)
+    self._seed, self._count = seed, 0
+    self._rng = np.random.default_rng(seed)
+
+  def evaluate(self, params: PyTree) -> float:
+    """Mean undiscounted return over ``num_episodes`` first episodes."""
+    params = to_cpu(params)
+    obs, _ = self._env.reset(seed=self._seed + self._count)
+    self._count += 1
+    n = self.num_episodes
+    returns = np.zeros(n)
+    running = np.ones(n, bool)
+    while running.any():
+      actions = self.agent.act(params, obs, self.epsilon, self._rng)
+      obs, reward, terminated, truncated, _ = self._env.step(actions)
+      returns += reward * running
+      running &= ~(terminated | truncated)
+    return float(returns.mean())
+
+  def close(self) -> None:
+    self._env.close()

@@ -1,0 +1,112 @@
+"""The learner core shared by the synchronous ``Trainer`` and the ``AsyncTrainer``.
+
+``Learner`` owns the agent state and samples from the replay it is given; it is
+the one place that runs updates and the one place that exports params
+(``model_info``). ``IntervalTrigger`` is border's ``opt_steps % interval == 0``
+test, made safe for update calls that advance several steps at once.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import jax
+import numpy as np
+
+from jaxasync.types import ModelInfo
+
+PyTree = Any
+
+
+class IntervalTrigger:
+  """Fires when a counter crosses a multiple of ``interval`` (never when ``interval <= 0``)."""
+
+  def __init__(self, interval: int):
+    self.interval = interval
+    self._last = 0
+
+  def __call__(self, count: int) -> bool:
+    if self.interval <= 0:
+      return False
+    fired = count // self.interval > self._last // self.interval
+    self._last = count
+    return fired
+
+
+class Learner:
+  """Runs ``updates_per_call`` SGD steps per call on batches sampled from ``replay``.
+
+  The next batch is sampled in numpy while the previous jitted update is still
+  running (JAX dispatches asynchronously), and numpy batches go straight into
+  the jitted call (no per-batch ``jax.device_put``). With a prioritized replay,
+  the priorities of a call are written back at the next call, once they are
+  ready, tagged with the slot generations they were sampled at.
+
+  Args:
+    agent: has ``init(key)``, ``update(state, batch, weights)``, ``policy_params(state)``.
+    replay: a ``ReplayBuffer`` (or ``PrioritizedReplayBuffer``).
+    seed: seeds the network initialisation.
+    updates_per_call: ``k`` SGD steps per dispatch.
+    batch_size: items per SGD step.
+  """
+
+  def __init__(self, agent, replay, seed: int, updates_per_call: int, batch_size: int):
+    if updates_per_call < 1:
+      raise ValueError(f"updates_per_call must be >= 1, got {updates_per_call}.")
+    self.agent, self.replay = agent, replay
+    self.k, self.batch_size = updates_per_call, batch_size
+    self.state = agent.init(jax.random.PRNGKey(seed))
+    self.opt_steps = 0
+    self.prioritized = hasattr(replay, "update_priorities")
+    self.beta: float | None = None  # set by the trainer to anneal importance sampling
+    self._metrics: dict | None = None
+    self._pending_priorities = None  # (indices, generations, device priorities)
+    self.time_sample = 0.0
+    self.time_update = 0.0
+
+  def _sample(self):
+    k, b = self.k, self.batch_size
+    if self.prioritized:
+      batch, idx, weights, gens = self.replay.sample(k * b, beta=self.beta)
+      reshape = lambda x: x.reshape((k, b) + x.shape[1:])
+      return jax.tree.map(reshape, batch), reshape(weights), (reshape(idx), reshape(gens))
+    batch = self.replay.sample(k * b)
+    return jax.tree.map(lambda x: x.reshape((k, b) + x.shape[1:]), batch), None, None
+
+  def ready(self) -> bool:
+    return len(self.replay) >= self.batch_size
+
+  def step(self) -> int:
+    """One update call; returns the SGD steps it advanced (``updates_per_call``)."""
+    t0 = time.perf_counter()
+    batch, weights, where = self._sample()
+    t1 = time.perf_counter()
+    self.state, self._metrics, priorities = self.agent.update(self.state, batch, weights)
+    self.time_sample += t1 - t0
+    self.time_update += time.perf_counter() - t1
+    if self.prioritized:
+      self._flush_priorities()
+      self._pending_priorities = (where, priorities)
+    self.opt_steps += self.k
+    return self.k
+
+  def _flush_priorities(self) -> None:
+    if self._pending_priorities is not None:
+      (idx, gens), priorities = self._pending_priorities
+      self.replay.update_priorities(idx.ravel(), np.asarray(priorities).ravel(), gens.ravel())
+      self._pending_priorities = None
+
+  def metrics(self) -> dict[str, float]:
+    """The last call's metrics as Python floats (waits for that call to finish)."""
+    if self._metrics is None:
+      return {}
+    return {k: float(v) for k, v in jax.device_get(self._metrics).items()}
+
+  def policy_params(self) -> PyTree:
+    return self.agent.policy_params(self.state)
+
+  def model_info(self) -> ModelInfo:
+    """Host copies of the policy params with the current version (never donated buffers)."""
+    return ModelInfo(version=self.opt_steps,
+                     params=jax.tree.map(np.array, jax.device_get(self.policy_params())))

@@ -1,0 +1,250 @@
+"""The synchronous loop (border-core's ``Trainer``): the baseline and the debugging mode."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from jaxasync.checkpoint import save_checkpoint
+from jaxasync.envs import ConfigError, EnvFactory
+from jaxasync.evaluator import Evaluator, to_cpu
+from jaxasync.learner import IntervalTrigger, Learner
+from jaxasync.recorder import NullRecorder, Recorder
+from jaxasync.replay import ReplayBuffer
+from jaxasync.step_processor import StepProcessor
+from jaxasync.types import transition_example
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerConfig:
+  """The training loop's settings (border-core's ``TrainerConfig`` plus replay and n-step).
+
+  Intervals ``eval/record/save`` count optimization steps, as in border.
+
+  Attributes:
+    max_opts: stop after this many optimization steps.
+    max_env_steps: stop after this many env steps (``None``: no limit).
+    duration: stop after this many wall seconds (``None``: no limit).
+    target_eval_reward: stop once an evaluation reaches it (``None``: never).
+    warmup_period: env steps collected before the first optimization step.
+    opt_interval: env steps per optimization step (``1/opt_interval`` updates per env step).
+    updates_per_call: SGD steps per jitted update call.
+    eval_interval, record_interval, save_interval: in optimization steps; ``<= 0`` disables.
+    eval_episodes: episodes per evaluation.
+    eval_epsilon: exploration during evaluation.
+    num_envs: sub-envs of the training vector env.
+    n_step, gamma: the StepProcessor's n-step returns.
+    replay_capacity: transitions kept.
+    seed: seeds envs, network init, exploration and replay sampling.
+    model_dir: where checkpoints go (``<model_dir>/best``, ``<model_dir>/<opt_steps>``,
+      ``<model_dir>/final``); ``None`` saves nothing.
+    progress: show a tqdm progress bar.
+  """
+
+  max_opts: int = 50_000
+  max_env_steps: int | None = None
+  duration: float | None = None
+  target_eval_reward: float | None = None
+  warmup_period: int = 1_000
+  opt_interval: float = 1.0
+  updates_per_call: int = 4
+  eval_interval: int = 1_000
+  record_interval: int = 500
+  save_interval: int = 0
+  eval_episodes: int = 10
+  eval_epsilon: float = 0.0
+  num_envs: int = 4
+  n_step: int = 1
+  gamma: float = 0.99
+  replay_capacity: int = 100_000
+  seed: int = 0
+  model_dir: str | None = None
+  progress: bool = True
+
+  def validate(self, batch_size: int) -> None:
+    if self.n_step < 1:
+      raise ConfigError(f"n_step must be >= 1, got {self.n_step}.")
+    if not 0.0 <= self.gamma <= 1.0:
+      raise ConfigError(f"gamma must be in [0, 1], got {self.gamma}.")
+    if batch_size > self.warmup_period:
+      raise ConfigError(
+          f"batch_size={batch_size} is larger than warmup_period={self.warmup_period}: the "
+          "first update would sample more than is stored. Raise warmup_period or lower batch_size.")
+    if self.warmup_period > self.replay_capacity:
+      raise ConfigError(
+          f"warmup_period={self.warmup_period} exceeds replay_capacity={self.replay_capacity}; "
+          "the replay could never hold the warmup. Lower warmup_period or raise replay_capacity.")
+    if self.opt_interval <= 0 or self.updates_per_call < 1 or self.num_envs < 1:
+      raise ConfigError("opt_interval must be > 0, updates_per_call and num_envs >= 1.")
+
+
+class RunState:
+  """Bookkeeping shared by both trainers: best model, periodic saves, summary."""
+
+  def __init__(self, config: TrainerConfig, learner: Learner, recorder: Recorder,
+               extra_meta: dict | None = None):
+    self.config, self.learner, self.recorder = config, learner, recorder
+    self.best_eval_reward = -np.inf
+    self.final_eval_reward = np.nan
+    self.solved_at: dict | None = None
+    self.evals: list[dict] = []
+    self.extra_meta = extra_meta or {}
+    self.start = time.perf_counter()
+    self.model_dir = Path(config.model_dir) if config.model_dir else None
+
+  def save(self, name: str, counters: dict) -> None:
+    if self.model_dir is None:
+      return
+    meta = {"opt_steps": self.learner.opt_steps, "best_eval_reward": self.best_eval_reward,
+            **counters, **self.extra_meta}
+    save_checkpoint(self.model_dir / name, self.learner.state, meta)
+
+  def on_eval(self, reward: float, opt_steps: int, env_steps: int, params_version: int,
+              state_for_best=None) -> None:
+    """Records an evaluation; saves ``best`` when it improves."""
+    self.final_eval_reward = reward
+    wall = time.perf_counter() - self.start
+    self.evals.append({"opt_steps": opt_steps, "env_steps": env_steps, "wall_s": wall,
+                       "eval_reward": reward, "params_version": params_version})
+    self.recorder.record(opt_steps, {"eval_reward": reward})
+    if reward > self.best_eval_reward:
+      self.best_eval_reward = reward
+      if self.model_dir is not None:
+        state = state_for_best if state_for_best is not None else self.learner.state
+        save_checkpoint(self.model_dir / "best", state,
+                        {"opt_steps": params_version, "eval_reward": reward,
+                         "env_steps": env_steps, **self.extra_meta})
+    target = self.config.target_eval_reward
+    if target is not None and reward >= target and self.solved_at is None:
+      self.solved_at = {"env_steps": env_steps, "opt_steps": opt_steps, "wall_s": wall}
+
+  def summary(self, samples_total: int, env_steps: int, extra: dict | None = None) -> dict:
+    wall = time.perf_counter() - self.start
+    opt = self.learner.opt_steps
+    out = {
+        "samples_total": samples_total, "env_steps": env_steps, "opt_steps": opt,
+        "wall_s": wall, "samples_per_sec": samples_total / wall,
+        "opt_steps_per_sec": opt / wall,
+        "samples_per_opt_steps": samples_total / opt if opt else float("nan"),
+        "best_eval_reward": float(self.best_eval_reward),
+        "final_eval_reward": float(self.final_eval_reward),
+        "solved_at": self.solved_at, "evals": self.evals,
+    }
+    out.update(extra or {})
+    return out
+
+  def write_summary(self, summary: dict) -> None:
+    if self.model_dir is not None:
+      self.model_dir.mkdir(parents=True, exist_ok=True)
+      path = self.model_dir / "summary.json"
+      tmp = path.with_suffix(".json.tmp")
+      tmp.write_text(json.dumps(summary, indent=1, default=float))
+      tmp.replace(path)
+
+
+class Trainer:
+  """Alternates env steps and optimization steps in one thread (border-core's loop).
+
+  Each iteration steps the vector env once (``num_envs`` env steps), feeds the
+  StepProcessor's n-step transitions to the replay, and once ``warmup_period``
+  env steps are in, runs ``1 / opt_interval`` optimization steps per env step in
+  update calls of ``updates_per_call`` steps. Evaluation, recording and saving
+  follow border's intervals (in optimization steps).
+
+  Args:
+    agent: e.g. ``DQN``.
+    env_factory: builds the training env.
+    config: the loop's settings.
+    recorder: where scalars go.
+    eval_env_factory: builds the evaluation env (defaults to ``env_factory``).
+    replay: a replay to use instead of a uniform ``ReplayBuffer(replay_capacity)``.
+  """
+
+  def __init__(self, agent, env_factory: EnvFactory, config: TrainerConfig,
+               recorder: Recorder | None = None, eval_env_factory: EnvFactory | None = None,
+               replay=None):
+    config.validate(agent.config.batch_size)
+    self.agent, self.config = agent, config
+    self.recorder = recorder or NullRecorder()
+    self.env = env_factory(config.num_envs, seed=config.seed)
+    example = transition_example(agent.obs_space, agent.action_space)
+    self.replay = replay if replay is not None else ReplayBuffer(
+        example, config.replay_capacity, seed=config.seed)
+    self.learner = Learner(agent, self.replay, config.seed, config.updates_per_call,
+                           agent.config.batch_size)
+    self.evaluator = Evaluator(agent, eval_env_factory or env_factory, config.eval_episodes,
+                               config.eval_epsilon, seed=config.seed + 10_000)
+    self.run_state = RunState(config, self.learner, self.recorder)
+    self.env_steps = 0
+
+  def train(self) -> dict:
+    """Runs to ``max_opts`` / ``max_env_steps`` / ``duration`` / ``target_eval_reward``; returns the summary."""
+    c, agent, learner, run = self.config, self.agent, self.learner, self.run_state
+    rng = np.random.default_rng(c.seed + 1)
+    obs, _ = self.env.reset(seed=c.seed)
+    proc = StepProcessor(c.num_envs, obs[0], np.asarray(self.env.single_action_space.sample()),
+                         c.n_step, c.gamma)
+    proc.reset(obs)
+    eval_t, record_t, save_t = (IntervalTrigger(c.eval_interval), IntervalTrigger(c.record_interval),
+                                IntervalTrigger(c.save_interval))
+    actor_params = to_cpu(learner.policy_params())
+    credit = 0.0
+    last = (time.perf_counter(), 0, 0)  # time, env_steps, opt_steps at the last record
+    bar = tqdm(total=c.max_opts, desc="opt steps", disable=not c.progress, mininterval=1.0)
+    try:
+      while not self._done():
+        actions = agent.act(actor_params, proc.obs, agent.epsilon(self.env_steps), rng)
+        next_obs, reward, terminated, truncated, _ = self.env.step(actions)
+        self.replay.add(proc.step(actions, reward, next_obs, terminated, truncated))
+        self.env_steps += c.num_envs
+        if self.env_steps < c.warmup_period:
+          continue
+        credit += c.num_envs / c.opt_interval
+        stepped = False
+        while credit >= c.updates_per_call and learner.opt_steps < c.max_opts:
+          credit -= learner.step()
+          stepped = True
+        if not stepped:
+          continue
+        actor_params = to_cpu(learner.policy_params())
+        bar.update(learner.opt_steps - bar.n)
+        opt = learner.opt_steps
+        if eval_t(opt):
+          reward = self.evaluator.evaluate(learner.policy_params())
+          run.on_eval(reward, opt, self.env_steps, opt)
+          bar.set_postfix(eval_reward=f"{reward:.1f}", best=f"{run.best_eval_reward:.1f}")
+        if record_t(opt):
+          now = time.perf_counter()
+          dt = now - last[0]
+          fps = (self.env_steps - last[1]) / dt
+          osps = (opt - last[2]) / dt
+          self.recorder.record(opt, {
+              "env_steps": self.env_steps, "opt_steps": opt, "fps": fps,
+              "samples_total": self.replay.added_total, "samples_per_sec": fps,
+              "opt_steps_per_sec": osps,
+              "samples_per_opt_steps": self.replay.added_total / opt,
+              "epsilon": agent.epsilon(self.env_steps), **learner.metrics()})
+          last = (now, self.env_steps, opt)
+        if save_t(opt):
+          run.save(str(opt), {"env_steps": self.env_steps})
+    finally:
+      bar.close()
+      run.save("final", {"env_steps": self.env_steps})
+      summary = run.summary(self.replay.added_total, self.env_steps, {"mode": "sync"})
+      run.write_summary(summary)
+      self.env.close()
+      self.evaluator.close()
+    return summary
+
+  def _done(self) -> bool:
+    c, run = self.config, self.run_state
+    return (self.learner.opt_steps >= c.max_opts
+            or (c.max_env_steps is not None and self.env_steps >= c.max_env_steps)
+            or (c.duration is not None and time.perf_counter() - run.start >= c.duration)
+            or run.solved_at is not None)

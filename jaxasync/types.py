@@ -1,0 +1,58 @@
+"""Core pytree types shared by actors, replay and learners."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import chex
+import numpy as np
+
+PyTree = Any
+
+
+@chex.dataclass(frozen=True)
+class Transition:
+  """An n-step transition, or a batch of them (leading axes ``[...]``).
+
+  Attributes:
+    obs: observation at the start of the transition, ``[..., *obs_shape]``.
+    action: action taken at ``obs``, ``[..., *action_shape]``.
+    reward: discounted n-step reward ``sum_{k<m} gamma^k r_{t+k}``, ``[...]``,
+      where ``m <= n`` is the number of real steps the transition spans.
+    discount: bootstrap factor for ``next_obs``, ``[...]``: ``gamma^m`` when the
+      value of ``next_obs`` must be added (not done, or truncated), ``0`` when the
+      episode terminated inside the transition.
+    next_obs: observation to bootstrap from, ``[..., *obs_shape]``; for a
+      truncated episode this is the true final observation, never the reset one.
+  """
+
+  obs: chex.Array
+  action: chex.Array
+  reward: chex.Array
+  discount: chex.Array
+  next_obs: chex.Array
+
+
+class ModelInfo(NamedTuple):
+  """What the learner publishes and actors adopt (border's ``SyncModel::model_info``).
+
+  Attributes:
+    version: the learner's optimization-step count when the params were exported.
+    params: a pytree of numpy arrays (host copies, never donated device buffers).
+  """
+
+  version: int
+  params: PyTree
+
+
+def transition_example(obs_space, action_space) -> Transition:
+  """One transition of zeros (no batch axis) shaped for the given gymnasium spaces."""
+  obs = np.zeros(obs_space.shape, obs_space.dtype)
+  action = np.zeros(action_space.shape, action_space.dtype)
+  return Transition(
+      obs=obs,
+      action=action,
+      reward=np.zeros((), np.float32),
+      discount=np.zeros((), np.float32),
+      next_obs=obs.copy(),
+  )
