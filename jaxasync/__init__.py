@@ -13,3 +13,9 @@ from jaxasync.trainer import Trainer, TrainerConfig
 from jaxasync.types import ModelInfo, Transition
 
 __version__ = "0.1.0"
+from jaxasync.actor import ActorConfig, apex_epsilons
+from jaxasync.actor_manager import ActorFailed, ActorManager, ActorStats
+from jaxasync.async_trainer import AsyncConfig, AsyncTrainer, RateLimiter, train_async
+from jaxasync.param_store import SharedParamStore, ThreadParamStore
+from jaxasync.replay import PrioritizedReplayBuffer, SumTree, linear_beta
+from jaxasync.transport import Chunk, ChunkQueue

@@ -82,7 +82,12 @@ class Learner:
     t0 = time.perf_counter()
     batch, weights, where = self._sample()
     t1 = time.perf_counter()
+    previous = self._metrics
     self.state, self._metrics, priorities = self.agent.update(self.state, batch, weights)
+    # One call in flight at most: the batch for call t+1 is sampled while call t
+    # runs, but the host never queues unboundedly many calls (and their batches).
+    if previous is not None:
+      jax.block_until_ready(previous)
     self.time_sample += t1 - t0
     self.time_update += time.perf_counter() - t1
     if self.prioritized:

@@ -54,12 +54,20 @@ class StepProcessor:
     self._current_obs: np.ndarray | None = None
     self._autoreset = np.zeros(num_envs, bool)  # next step is an autoreset step
     self._powers = gamma ** np.arange(n_step + 1, dtype=np.float64)
+    self._ep_return = np.zeros(num_envs, np.float64)
+    self._finished_returns: list[float] = []
 
   def reset(self, obs: np.ndarray) -> None:
     """Starts from the observations of ``env.reset()``, ``[num_envs, *obs_shape]``."""
     self._current_obs = np.array(obs, copy=True)
     self._len[:] = 0
     self._autoreset[:] = False
+    self._ep_return[:] = 0.0
+
+  def pop_episode_returns(self) -> list[float]:
+    """Undiscounted returns of the episodes completed since the last call."""
+    out, self._finished_returns = self._finished_returns, []
+    return out
 
   @property
   def obs(self) -> np.ndarray:
@@ -89,6 +97,10 @@ class StepProcessor:
     self._len += real
     done = real & (np.asarray(terminated) | np.asarray(truncated))
     terminated = real & np.asarray(terminated)
+    self._ep_return += np.where(real, reward, 0.0)
+    if done.any():
+      self._finished_returns.extend(self._ep_return[done].tolist())
+      self._ep_return[done] = 0.0
 
     # ret[k, e]: discounted return of the pending entry that started k steps ago.
     ret = np.empty((n, self.num_envs), np.float64)

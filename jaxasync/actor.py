@@ -1,0 +1,136 @@
+"""An actor: a vector env, the StepProcessor and a CPU copy of the policy, pushing chunks.
+
+``run_actor`` is the actor's whole life and runs the same way in a thread or in
+a spawned process; ``ActorManager`` supervises it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+import traceback
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+PyTree = Any
+
+
+def apex_epsilons(num: int, epsilon: float = 0.4, alpha: float = 7.0) -> np.ndarray:
+  """Ape-X's ladder ``eps_i = epsilon^(1 + alpha * i / (num - 1))``, ``[num]``."""
+  if num == 1:
+    return np.array([epsilon])
+  i = np.arange(num)
+  return epsilon ** (1.0 + alpha * i / (num - 1))
+
+
+@dataclasses.dataclass(frozen=True)
+class ActorConfig:
+  """What one actor needs besides the agent and env factories (picklable).
+
+  Attributes:
+    num_envs: sub-envs of its vector env.
+    chunk_steps: vector steps per pushed chunk (a chunk has up to
+      ``chunk_steps * num_envs`` transitions).
+    n_step, gamma: the StepProcessor's settings.
+    seed: base seed; actor ``i`` uses ``seed + 1000 * (i + 1)``.
+    epsilons: fixed per-env exploration ``[num_envs]`` (e.g. a slice of the Ape-X
+      ladder); ``None`` follows the agent's schedule over the estimated global
+      env steps (this actor's steps times ``num_actors``).
+    num_actors: actors in the run (for the schedule estimate).
+    cpu: pin the actor to this CPU core (``None``: no pinning).
+  """
+
+  num_envs: int = 8
+  chunk_steps: int = 16
+  n_step: int = 1
+  gamma: float = 0.99
+  seed: int = 0
+  epsilons: tuple[float, ...] | None = None
+  num_actors: int = 1
+  cpu: int | None = None
+
+
+@dataclasses.dataclass
+class ActorShared:
+  """Per-actor counters the manager reads; multiprocessing arrays for processes, numpy for threads."""
+
+  env_steps: Any  # [num_actors] int64
+  adopted_version: Any  # [num_actors] int64, last params version adopted
+
+
+def run_actor(actor_id: int, agent_factory: Callable[[], Any], env_factory: Callable,
+              config: ActorConfig, transport, param_store, stop, errors, shared: ActorShared,
+              env_init_lock=None) -> None:
+  """Runs one actor until ``stop`` is set. Exceptions go to ``errors`` with their traceback."""
+  try:
+    _actor_loop(actor_id, agent_factory, env_factory, config, transport, param_store, stop,
+                shared, env_init_lock)
+  except BaseException:  # reported to the manager, which restarts or fails the run
+    errors.put((actor_id, traceback.format_exc()))
+  finally:
+    transport.release()
+
+
+def _actor_loop(actor_id, agent_factory, env_factory, config: ActorConfig, transport,
+                param_store, stop, shared: ActorShared, env_init_lock) -> None:
+  from jaxasync.evaluator import to_cpu  # noqa: imported in the actor's own process
+  from jaxasync.step_processor import StepProcessor
+  from jaxasync.transport import Chunk
+
+  if config.cpu is not None and hasattr(os, "sched_setaffinity"):
+    os.sched_setaffinity(0, {config.cpu})
+  seed = config.seed + 1000 * (actor_id + 1)
+  agent = agent_factory()
+  if env_init_lock is not None:
+    with env_init_lock:  # border's guard_init_env: some envs must not be built concurrently
+      env = env_factory(config.num_envs, seed=seed)
+  else:
+    env = env_factory(config.num_envs, seed=seed)
+  try:
+    rng = np.random.default_rng(seed)
+    obs, _ = env.reset(seed=seed)
+    action_example = np.asarray(env.single_action_space.sample())
+    proc = StepProcessor(config.num_envs, obs[0], action_example, config.n_step, config.gamma)
+    proc.reset(obs)
+    epsilons = None if config.epsilons is None else np.asarray(config.epsilons)
+
+    # Wait for the learner's first publication.
+    while param_store.version < 0:
+      if stop.is_set():
+        return
+      time.sleep(0.01)
+    info = param_store.get()
+    version, params = info.version, to_cpu(info.params)
+    shared.adopted_version[actor_id] = version
+
+    pending, seq = [], 0
+    steps_in_chunk, env_steps = 0, int(shared.env_steps[actor_id])
+    while not stop.is_set():
+      if param_store.version > version:  # adopt as soon as published
+        info = param_store.get()
+        version, params = info.version, to_cpu(info.params)
+        shared.adopted_version[actor_id] = version
+      eps = epsilons if epsilons is not None else agent.epsilon(env_steps * config.num_actors)
+      actions = agent.act(params, proc.obs, eps, rng)
+      next_obs, reward, terminated, truncated, _ = env.step(actions)
+      pending.append(proc.step(actions, reward, next_obs, terminated, truncated))
+      steps_in_chunk += 1
+      if steps_in_chunk >= config.chunk_steps:
+        transitions = _concat(pending)
+        chunk = Chunk(actor_id, version, transitions, steps_in_chunk * config.num_envs,
+                      tuple(proc.pop_episode_returns()), seq)
+        seq += 1
+        if not transport.put(chunk, stop):
+          return
+        env_steps += steps_in_chunk * config.num_envs
+        shared.env_steps[actor_id] = env_steps
+        pending, steps_in_chunk = [], 0
+  finally:
+    env.close()
+
+
+def _concat(parts: Sequence) -> Any:
+  import jax
+  return jax.tree.map(lambda *xs: np.concatenate(xs, axis=0), *parts)

@@ -1,0 +1,164 @@
+"""Starts, supervises, restarts and stops actors, as threads or spawned processes."""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing as mp
+import os
+import queue
+import threading
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from jaxasync.actor import ActorConfig, ActorShared, run_actor
+from jaxasync.transport import ChunkQueue
+
+
+class ActorFailed(RuntimeError):
+  """An actor raised more often than ``max_restarts`` allows; carries its traceback."""
+
+
+@dataclasses.dataclass
+class ActorStats:
+  """Per-actor figures returned by ``ActorManager.stop_and_join``."""
+
+  actor_id: int
+  env_steps: int
+  duration_s: float
+  samples_per_sec: float
+  restarts: int
+  adopted_version: int
+
+
+class ActorManager:
+  """Runs ``len(configs)`` actors (border's ``ActorManager``) and keeps them alive.
+
+  Args:
+    agent_factory: picklable callable building the acting agent (called in the actor).
+    env_factory: picklable callable ``(num_envs, seed) -> vector env``.
+    configs: one ``ActorConfig`` per actor.
+    transport: the ``ChunkQueue`` actors push to (``process=True`` for process actors).
+    param_store: ``ThreadParamStore`` for threads, ``SharedParamStore`` for processes.
+    mode: ``"thread"`` or ``"process"`` (spawn start method).
+    max_restarts: restarts allowed per actor; one more failure fails the run.
+    serialize_env_init: build envs one actor at a time (border's ``guard_init_env``).
+  """
+
+  def __init__(self, agent_factory: Callable[[], Any], env_factory: Callable,
+               configs: list[ActorConfig], transport: ChunkQueue, param_store, mode: str = "process",
+               max_restarts: int = 3, serialize_env_init: bool = False):
+    if mode not in ("thread", "process"):
+      raise ValueError(f"actor mode must be 'thread' or 'process', got {mode!r}.")
+    self.agent_factory, self.env_factory = agent_factory, env_factory
+    self.configs, self.transport, self.param_store = configs, transport, param_store
+    self.mode, self.max_restarts = mode, max_restarts
+    n = len(configs)
+    if mode == "process":
+      self._ctx = mp.get_context("spawn")
+      self._stop = self._ctx.Event()
+      self._errors = self._ctx.Queue()
+      self.shared = ActorShared(self._ctx.RawArray("q", n), self._ctx.RawArray("q", n))
+      self._env_lock = self._ctx.Lock() if serialize_env_init else None
+    else:
+      self._stop = threading.Event()
+      self._errors = queue.Queue()
+      self.shared = ActorShared(np.zeros(n, np.int64), np.full(n, -1, np.int64))
+      self._env_lock = threading.Lock() if serialize_env_init else None
+    for i in range(n):
+      self.shared.adopted_version[i] = -1
+    self._workers: list[Any] = [None] * n
+    self.restarts = [0] * n
+    self._start_time = [0.0] * n
+    self._started = time.perf_counter()
+
+  @property
+  def num_actors(self) -> int:
+    return len(self.configs)
+
+  def _spawn(self, i: int) -> None:
+    args = (i, self.agent_factory, self.env_factory, self.configs[i], self.transport,
+            self.param_store, self._stop, self._errors, self.shared, self._env_lock)
+    if self.mode == "thread":
+      w = threading.Thread(target=run_actor, args=args, name=f"jaxasync-actor-{i}", daemon=True)
+      w.start()
+    else:
+      # Actors act on the CPU: keep them off the accelerator (and its memory).
+      saved = os.environ.get("JAX_PLATFORMS")
+      os.environ["JAX_PLATFORMS"] = "cpu"
+      try:
+        w = self._ctx.Process(target=run_actor, args=args, name=f"jaxasync-actor-{i}", daemon=True)
+        w.start()
+      finally:
+        if saved is None:
+          os.environ.pop("JAX_PLATFORMS", None)
+        else:
+          os.environ["JAX_PLATFORMS"] = saved
+    self._workers[i] = w
+    if not self._start_time[i]:
+      self._start_time[i] = time.perf_counter()
+
+  def start(self) -> None:
+    """Starts every actor."""
+    self._started = time.perf_counter()
+    for i in range(self.num_actors):
+      self._spawn(i)
+
+  def check(self) -> None:
+    """Restarts failed actors; raises ``ActorFailed`` past ``max_restarts``. Call it often."""
+    failures: dict[int, str] = {}
+    while True:
+      try:
+        actor_id, tb = self._errors.get_nowait()
+      except queue.Empty:
+        break
+      failures[actor_id] = tb
+    if self.mode == "process":  # a process can also die without a word (killed, segfault)
+      for i, w in enumerate(self._workers):
+        if w is not None and not w.is_alive() and not self._stop.is_set() and i not in failures:
+          w.join(0.1)
+          failures[i] = f"actor process {i} exited with code {w.exitcode} without a traceback"
+    for i, tb in failures.items():
+      w = self._workers[i]
+      if w is not None:
+        w.join(5.0)
+      if self.restarts[i] >= self.max_restarts:
+        self.stop_and_join()
+        raise ActorFailed(
+            f"actor {i} failed {self.restarts[i] + 1} times (max_restarts={self.max_restarts}); "
+            f"last error:\n{tb}")
+      self.restarts[i] += 1
+      self._spawn(i)
+
+  def env_steps(self) -> int:
+    return int(sum(self.shared.env_steps[i] for i in range(self.num_actors)))
+
+  def stop_and_join(self, timeout: float = 10.0) -> list[ActorStats]:
+    """Stops all actors and waits for them; returns per-actor stats. Never hangs past ``timeout``."""
+    self._stop.set()
+    end = time.perf_counter()
+    deadline = time.monotonic() + timeout
+    for w in self._workers:
+      if w is None:
+        continue
+      while w.is_alive() and time.monotonic() < deadline:
+        self._drain()  # a process may be flushing a chunk into a full queue
+        w.join(0.05)
+      if self.mode == "process" and w.is_alive():
+        w.terminate()
+        w.join(1.0)
+    stats = []
+    for i in range(self.num_actors):
+      dur = end - (self._start_time[i] or end)
+      steps = int(self.shared.env_steps[i])
+      stats.append(ActorStats(i, steps, dur, steps / dur if dur > 0 else 0.0, self.restarts[i],
+                              int(self.shared.adopted_version[i])))
+    return stats
+
+  def _drain(self) -> None:
+    while self.transport.get(0) is not None:
+      pass
+
+  def alive(self) -> list[bool]:
+    return [w is not None and w.is_alive() for w in self._workers]

@@ -1,0 +1,96 @@
+"""Where the learner publishes ``ModelInfo`` and actors pick it up: the one path params take.
+
+Two implementations with one interface:
+  * ``ThreadParamStore``: a reference swap under a lock, for actor threads.
+  * ``SharedParamStore``: one preallocated shared-memory block holding the flat
+    params plus a version counter, for actor processes. Publishing is a memcpy;
+    actors copy out only when the version moved.
+Actors read ``version`` (a plain load) every step and call ``get`` only when it
+changed, so reading never stalls the learner for longer than one copy.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import threading
+from typing import Any
+
+import jax
+import numpy as np
+
+from jaxasync.types import ModelInfo
+
+PyTree = Any
+
+
+class ThreadParamStore:
+  """Latest ``ModelInfo`` shared by threads of one process."""
+
+  def __init__(self):
+    self._lock = threading.Lock()
+    self._info: ModelInfo | None = None
+
+  @property
+  def version(self) -> int:
+    info = self._info
+    return -1 if info is None else info.version
+
+  def publish(self, info: ModelInfo) -> None:
+    with self._lock:
+      if self._info is None or info.version >= self._info.version:
+        self._info = info
+
+  def get(self) -> ModelInfo | None:
+    with self._lock:
+      return self._info
+
+
+class SharedParamStore:
+  """Latest ``ModelInfo`` in shared memory, readable from spawned processes.
+
+  Args:
+    template: a params pytree with the shapes and dtypes every publication has.
+    ctx: the multiprocessing context (spawn) the actor processes use.
+  """
+
+  def __init__(self, template: PyTree, ctx=None):
+    ctx = ctx or mp.get_context("spawn")
+    leaves, self._treedef = jax.tree_util.tree_flatten(template)
+    leaves = [np.asarray(x) for x in leaves]
+    self._specs = [(x.shape, x.dtype.str) for x in leaves]
+    self._offsets = np.cumsum([0] + [x.nbytes for x in leaves]).tolist()
+    self._buffer = ctx.RawArray("b", max(1, self._offsets[-1]))
+    self._version = ctx.RawValue("q", -1)
+    self._lock = ctx.Lock()
+    self._views = None
+
+  def __getstate__(self):
+    state = self.__dict__.copy()
+    state["_views"] = None  # numpy views are rebuilt on the other side
+    return state
+
+  def _leaf_views(self) -> list[np.ndarray]:
+    if self._views is None:
+      raw = np.frombuffer(self._buffer, dtype=np.uint8)
+      self._views = [raw[a:b].view(np.dtype(dt)).reshape(shape)
+                     for (shape, dt), a, b in zip(self._specs, self._offsets, self._offsets[1:])]
+    return self._views
+
+  @property
+  def version(self) -> int:
+    return self._version.value
+
+  def publish(self, info: ModelInfo) -> None:
+    leaves = jax.tree_util.tree_leaves(info.params)
+    with self._lock:
+      for view, x in zip(self._leaf_views(), leaves):
+        view[...] = x
+      self._version.value = info.version
+
+  def get(self) -> ModelInfo | None:
+    with self._lock:
+      version = self._version.value
+      if version < 0:
+        return None
+      leaves = [v.copy() for v in self._leaf_views()]
+    return ModelInfo(version, jax.tree_util.tree_unflatten(self._treedef, leaves))
