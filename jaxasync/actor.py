@@ -118,15 +118,19 @@ def _actor_loop(actor_id, agent_factory, env_factory, config: ActorConfig, trans
       pending.append(proc.step(actions, reward, next_obs, terminated, truncated))
       steps_in_chunk += 1
       if steps_in_chunk >= config.chunk_steps:
-        transitions = _concat(pending)
-        chunk = Chunk(actor_id, version, transitions, steps_in_chunk * config.num_envs,
+        chunk = Chunk(actor_id, version, _concat(pending), steps_in_chunk * config.num_envs,
                       tuple(proc.pop_episode_returns()), seq)
-        seq += 1
         if not transport.put(chunk, stop):
-          return
+          break
+        seq += 1
         env_steps += steps_in_chunk * config.num_envs
         shared.env_steps[actor_id] = env_steps
         pending, steps_in_chunk = [], 0
+    # The learner publishes its last params before stopping us: end on its latest version.
+    if param_store.version > version:
+      info = param_store.get()
+      version, params = info.version, to_cpu(info.params)
+      shared.adopted_version[actor_id] = version
   finally:
     env.close()
 

@@ -11,7 +11,6 @@ from typing import Any, Callable
 
 import jax
 import numpy as np
-from tqdm.auto import tqdm
 
 from jaxasync.actor import ActorConfig, apex_epsilons
 from jaxasync.actor_manager import ActorManager, ActorStats
@@ -21,7 +20,7 @@ from jaxasync.learner import IntervalTrigger, Learner
 from jaxasync.param_store import SharedParamStore, ThreadParamStore
 from jaxasync.recorder import NullRecorder, Recorder
 from jaxasync.replay import ReplayBuffer
-from jaxasync.trainer import RunState, TrainerConfig
+from jaxasync.trainer import RunState, TrainerConfig, progress_bar
 from jaxasync.transport import Chunk, ChunkQueue
 from jaxasync.types import transition_example
 
@@ -324,7 +323,7 @@ class AsyncTrainer:
                                         IntervalTrigger(c.record_interval),
                                         IntervalTrigger(c.save_interval),
                                         IntervalTrigger(ac.sync_interval))
-    bar = tqdm(total=c.max_opts, desc="opt steps", disable=not c.progress, mininterval=1.0)
+    bar = progress_bar(c.max_opts, c.progress)
     self._publish()  # version 0: actors start acting with the initial params
     self.manager.start()
     self._train_start = time.perf_counter()
@@ -364,6 +363,8 @@ class AsyncTrainer:
       error = e
     finally:
       bar.close()
+      if error is None:
+        self._publish()  # actors end on the final params
       self.actor_stats = self.manager.stop_and_join()
       self.transport.close()
       eval_worker.close(wait_pending=error is None and not self.interrupted)

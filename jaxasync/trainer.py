@@ -84,6 +84,21 @@ class TrainerConfig:
       raise ConfigError("opt_interval must be > 0, updates_per_call and num_envs >= 1.")
 
 
+class _NoBar:
+  n = 0
+
+  def update(self, n): pass
+
+  def set_postfix(self, **kw): pass
+
+  def close(self): pass
+
+
+def progress_bar(total: int, enabled: bool):
+  """A tqdm bar over optimization steps, or a no-op (no tqdm monitor thread) when disabled."""
+  return tqdm(total=total, desc="opt steps", mininterval=1.0) if enabled else _NoBar()
+
+
 class RunState:
   """Bookkeeping shared by both trainers: best model, periodic saves, summary."""
 
@@ -196,7 +211,7 @@ class Trainer:
     actor_params = to_cpu(learner.policy_params())
     credit = 0.0
     last = (time.perf_counter(), 0, 0)  # time, env_steps, opt_steps at the last record
-    bar = tqdm(total=c.max_opts, desc="opt steps", disable=not c.progress, mininterval=1.0)
+    bar = progress_bar(c.max_opts, c.progress)
     try:
       while not self._done():
         actions = agent.act(actor_params, proc.obs, agent.epsilon(self.env_steps), rng)

@@ -210,7 +210,7 @@ class DQN:
     else:
       target = optax.periodic_update(params, state.target_params, opt_steps,
                                      c.target_update_period)
-    metrics["grad_norm"] = optax.global_norm(grads)
+    metrics["grad_norm"] = optax.tree.norm(grads)
     return DQNState(params=params, target_params=target, opt_state=opt_state,
                     opt_steps=opt_steps), (priority, metrics)
 

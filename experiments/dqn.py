@@ -1,0 +1,109 @@
+"""DQN, synchronous or asynchronous, on any gymnasium env with Box observations and Discrete actions.
+
+  python experiments/dqn.py                         # CartPole-v1, the default arrangement
+  python experiments/dqn.py --mode sync --seed 3
+  python experiments/dqn.py --mode async --async.actor-mode thread --async.num-actors 2
+  python experiments/dqn.py --help                  # every flag
+
+Logs (TensorBoard), checkpoints (<logdir>/best, <logdir>/<opt_steps>, <logdir>/final) and
+<logdir>/summary.json go under --logdir.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from typing import Annotated, Literal
+
+import tyro
+
+import jaxasync as ja
+
+
+def default_mode() -> str:
+  """The fastest arrangement measured for this machine (see README, 'Choosing a mode')."""
+  return "async" if (os.cpu_count() or 1) >= 2 else "sync"
+
+
+@dataclasses.dataclass
+class Args:
+  env_id: str = "CartPole-v1"
+  """gymnasium id, or 'module:EnvName-v0' to import the module that registers it."""
+  eval_env_id: str | None = None
+  """evaluation env id (defaults to --env-id)."""
+  mode: Literal["auto", "sync", "async"] = "auto"
+  """'auto' picks async with process actors on >= 2 cores, sync otherwise."""
+  seed: int = 0
+  num_envs: int = 4
+  """sub-envs of the (sync) training env; async uses --async.envs-per-actor."""
+  gamma: float = 0.99
+  n_step: int = 1
+  max_opts: int = 50_000
+  max_env_steps: int | None = None
+  duration: float | None = None
+  """wall-clock limit in seconds."""
+  target_eval_reward: float | None = None
+  """stop once an evaluation reaches this return."""
+  warmup_period: int = 1_000
+  opt_interval: float = 1.0
+  """sync: env steps per optimization step."""
+  updates_per_call: int = 4
+  replay_capacity: int = 100_000
+  eval_interval: int = 1_000
+  eval_episodes: int = 10
+  record_interval: int = 500
+  save_interval: int = 10_000
+  logdir: str = "runs/dqn"
+  progress: bool = True
+  agent: ja.DQNConfig = dataclasses.field(default_factory=ja.DQNConfig)
+  async_: Annotated[ja.AsyncConfig, tyro.conf.arg(name="async")] = dataclasses.field(
+      default_factory=ja.AsyncConfig)
+
+
+def main(args: Args) -> dict:
+  mode = default_mode() if args.mode == "auto" else args.mode
+  env = ja.EnvFactory(args.env_id)
+  eval_env = ja.EnvFactory(args.eval_env_id or args.env_id)
+  config = ja.TrainerConfig(
+      max_opts=args.max_opts, max_env_steps=args.max_env_steps, duration=args.duration,
+      target_eval_reward=args.target_eval_reward, warmup_period=args.warmup_period,
+      opt_interval=args.opt_interval, updates_per_call=args.updates_per_call,
+      eval_interval=args.eval_interval, record_interval=args.record_interval,
+      save_interval=args.save_interval, eval_episodes=args.eval_episodes,
+      num_envs=args.num_envs, n_step=args.n_step, gamma=args.gamma,
+      replay_capacity=args.replay_capacity, seed=args.seed, model_dir=args.logdir,
+      progress=args.progress)
+  ja.check_env_id(args.env_id)
+  ja.check_env_id(eval_env.env_id)
+  recorder = ja.MultiRecorder(
+      ja.TensorboardRecorder(args.logdir),
+      ja.ConsoleRecorder(("env_steps", "opt_steps", "samples_per_sec", "opt_steps_per_sec",
+                          "loss", "eval_reward")) if not args.progress else ja.NullRecorder())
+  print(f"jaxasync DQN on {args.env_id}: mode={mode}"
+        + (f" ({args.async_.num_actors} {args.async_.actor_mode} actor(s) x "
+           f"{args.async_.envs_per_actor} envs)" if mode == "async" else f" ({args.num_envs} envs)")
+        + f", logs and checkpoints in {os.path.abspath(args.logdir)}", flush=True)
+  if mode == "sync":
+    obs_space, action_space = ja.envs.spaces_of(env)
+    agent = ja.DQN(args.agent, obs_space, action_space, args.env_id)
+    summary = ja.Trainer(agent, env, config, recorder, eval_env).train()
+  else:
+    summary, _ = ja.train_async(ja.DQN, args.agent, env, config, args.async_, recorder, eval_env)
+  shown = {k: summary[k] for k in ("samples_total", "opt_steps", "wall_s", "samples_per_sec",
+                                   "opt_steps_per_sec", "best_eval_reward", "final_eval_reward")}
+  print(json.dumps(shown, indent=1, default=float))
+  print(f"summary: {os.path.join(os.path.abspath(args.logdir), 'summary.json')}; "
+        f"best model: {os.path.join(os.path.abspath(args.logdir), 'best')}; "
+        f"TensorBoard: tensorboard --logdir {args.logdir}")
+  return summary
+
+
+if __name__ == "__main__":
+  try:
+    main(tyro.cli(Args))
+  except ja.ConfigError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)

@@ -1,0 +1,181 @@
+"""Asynchronous training: ordering, no loss, supervision, shutdown, rate control, learning."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import jaxasync as ja
+from faulty_envs import LearnerFault, RaisingDQN, RaisingEnvFactory
+
+CARTPOLE = ja.EnvFactory("CartPole-v1")
+
+
+def _config(**kw) -> ja.TrainerConfig:
+  base = dict(max_opts=400, warmup_period=256, eval_interval=0, record_interval=100,
+              updates_per_call=4, progress=False, seed=0, replay_capacity=20_000)
+  base.update(kw)
+  return ja.TrainerConfig(**base)
+
+
+def _trainer(agent_cls=ja.DQN, env=CARTPOLE, config=None, **async_kw):
+  obs_space, action_space = ja.envs.spaces_of(CARTPOLE)
+  import functools
+  factory = functools.partial(agent_cls, ja.DQNConfig(batch_size=32), obs_space, action_space)
+  base = dict(actor_mode="thread", num_actors=2, envs_per_actor=2, chunk_steps=4,
+              sync_interval=8, queue_size=8)
+  base.update(async_kw)
+  return ja.AsyncTrainer(factory(), factory, env, config or _config(), ja.AsyncConfig(**base),
+                         recorder=ja.MemoryRecorder())
+
+
+def _no_strays(before: set) -> None:
+  deadline = time.monotonic() + 5
+  while time.monotonic() < deadline:
+    extra = [t for t in threading.enumerate() if t.ident not in before and t.is_alive()]
+    if not extra and not mp.active_children():
+      return
+    time.sleep(0.05)
+  raise AssertionError(f"stray threads {extra} or processes {mp.active_children()}")
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_versions_increase_and_nothing_lost(mode):
+  before = {t.ident for t in threading.enumerate()}
+  trainer = _trainer(actor_mode=mode)
+  summary = trainer.train()
+  assert summary["opt_steps"] >= 400
+  assert set(trainer.versions_seen) == {0, 1}  # both actors delivered
+  for actor_id, versions in trainer.versions_seen.items():
+    assert versions == sorted(versions), f"actor {actor_id} saw versions go back"
+    # Blocking queue: every chunk an actor pushed and the learner took arrived exactly once,
+    # in order (sequence numbers are consecutive from 0).
+    seqs = trainer.seqs_seen[actor_id]
+    np.testing.assert_array_equal(seqs, np.arange(len(seqs)))
+  assert max(max(v) for v in trainer.versions_seen.values()) > 0  # params did flow back
+  # Actors end on the learner's latest publication.
+  published = trainer.param_store.version
+  assert [s.adopted_version for s in trainer.actor_stats] == [published, published]
+  assert published == (trainer.learner.opt_steps // 8) * 8
+  assert trainer.inserted == len(trainer.replay) or trainer.inserted > trainer.replay.capacity
+  assert summary["dropped_chunks"] == 0
+  for s in trainer.actor_stats:
+    assert s.env_steps > 0 and s.restarts == 0 and s.samples_per_sec > 0
+  _no_strays(before)
+
+
+def test_drop_oldest_counts_drops():
+  # A learner that never ingests fast enough: a tiny queue and a long update budget.
+  trainer = _trainer(drop_when_full=True, queue_size=1, num_actors=2,
+                     config=_config(max_opts=200, warmup_period=10_000, duration=3.0,
+                                    replay_capacity=10_000),
+                     samples_per_insert=None)
+  # The warmup cannot be reached in 3 s with the learner polling; the queue overflows.
+  trainer.limiter = ja.RateLimiter(1.0, 0.0, 0)  # insert budget exhausted at once -> no ingest
+  summary = trainer.train()
+  assert summary["dropped_chunks"] > 0
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_raising_env_is_restarted_and_counted(mode):
+  before = {t.ident for t in threading.enumerate()}
+  trainer = _trainer(env=RaisingEnvFactory(steps=150), actor_mode=mode, num_actors=1,
+                     max_restarts=50, config=_config(max_opts=200, duration=60))
+  summary = trainer.train()
+  assert summary["opt_steps"] >= 200
+  assert trainer.actor_stats[0].restarts >= 1
+  assert summary["actor_restarts"] == trainer.actor_stats[0].restarts
+  _no_strays(before)
+
+
+def test_actor_failing_past_max_restarts_fails_the_run():
+  before = {t.ident for t in threading.enumerate()}
+  trainer = _trainer(env=RaisingEnvFactory(steps=5), num_actors=1, max_restarts=2,
+                     config=_config(max_opts=100_000, duration=60))
+  with pytest.raises(ja.ActorFailed, match="env exploded on purpose"):
+    trainer.train()
+  assert trainer.manager.restarts == [2]
+  _no_strays(before)
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_learner_error_propagates_and_stops_actors(mode):
+  before = {t.ident for t in threading.enumerate()}
+  trainer = _trainer(agent_cls=RaisingDQN, actor_mode=mode)
+  with pytest.raises(LearnerFault):
+    trainer.train()
+  assert not any(trainer.manager.alive())
+  _no_strays(before)
+
+
+def test_rate_limiter_holds_samples_per_insert():
+  spi = 16.0
+  trainer = _trainer(samples_per_insert=spi, config=_config(max_opts=600))
+  trainer.train()
+  sampled = trainer.learner.opt_steps * trainer.learner.batch_size
+  error = trainer.limiter.error(trainer.inserted, sampled)
+  assert abs(error) <= trainer.limiter.tolerance
+  ratio = sampled / (trainer.inserted - trainer.config.warmup_period)
+  assert ratio == pytest.approx(spi, rel=0.25)
+
+
+def test_rate_limiter_unit():
+  lim = ja.RateLimiter(samples_per_insert=2.0, tolerance=10.0, warmup=100)
+  assert lim.can_insert(50, 0, 10)  # warmup: always insert
+  assert not lim.can_sample(110, 0, 32)  # 32 > 2*10 + 10
+  assert lim.can_sample(110, 0, 30)
+  assert not lim.can_insert(200, 0, 10)  # 2*110 - 0 > 10: actors ahead
+  assert not lim.can_insert(200, 190, 5)  # 2*105 - 190 = 20 > 10
+  assert lim.can_insert(200, 200, 5)  # 2*105 - 200 = 10 <= 10
+  assert ja.RateLimiter(None, 0, 0).can_sample(0, 10**9, 10**9)
+
+
+def test_apex_ladder():
+  eps = ja.apex_epsilons(4, 0.4, 7.0)
+  np.testing.assert_allclose(eps, [0.4, 0.4 ** (1 + 7 / 3), 0.4 ** (1 + 14 / 3), 0.4 ** 8])
+  assert ja.apex_epsilons(1, 0.3).tolist() == [0.3]
+
+
+def test_sigint_stops_saves_and_returns(tmp_path):
+  logdir = tmp_path / "run"
+  proc = subprocess.Popen(
+      [sys.executable, "experiments/dqn.py", "--mode", "async", "--logdir", str(logdir),
+       "--no-progress", "--max-opts", "1000000", "--eval-interval", "500"],
+      cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+  deadline = time.monotonic() + 90
+  while time.monotonic() < deadline and not (logdir / "best" / "state.msgpack").exists():
+    time.sleep(0.2)
+  assert (logdir / "best").exists(), "training never reached its first evaluation"
+  proc.send_signal(signal.SIGINT)
+  t0 = time.monotonic()
+  out, _ = proc.communicate(timeout=30)
+  assert time.monotonic() - t0 < 10, out.decode()[-2000:]
+  assert proc.returncode == 0, out.decode()[-2000:]
+  import json
+  summary = json.loads((logdir / "summary.json").read_text())
+  assert summary["interrupted"] is True and summary["opt_steps"] > 0
+  assert (logdir / "final" / "state.msgpack").exists()
+  # No actor process outlived the run.
+  ps = subprocess.run(["ps", "-eo", "ppid,pid,cmd"], capture_output=True, text=True).stdout
+  assert not [l for l in ps.splitlines() if l.split()[0] == str(proc.pid)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_async_dqn_learns_cartpole(mode, tmp_path):
+  config = ja.TrainerConfig(max_opts=80_000, duration=120, target_eval_reward=475, seed=0,
+                            progress=False, model_dir=str(tmp_path))
+  summary, stats = ja.train_async(ja.DQN, ja.DQNConfig(), CARTPOLE, config,
+                                  ja.AsyncConfig(actor_mode=mode, envs_per_actor=4))
+  assert summary["best_eval_reward"] >= 475, summary["evals"][-5:]
+  assert (tmp_path / "best" / "state.msgpack").exists()
+  assert stats[0].env_steps > 0

@@ -1,0 +1,368 @@
+"""Tests for the DQN agent: losses against hand computations, updates, acting, validation."""
+
+import chex
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import rlax
+
+from jaxasync import ConfigError, DQN, DQNConfig, Transition, linear_epsilon
+
+BOX4 = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
+
+
+def _agent(num_actions=2, **config):
+  config.setdefault("hidden_sizes", (4,))
+  return DQN(DQNConfig(**config), BOX4, gym.spaces.Discrete(num_actions))
+
+
+def _random_batch(rng, shape, num_actions=2):
+  """A batch with leading axes ``shape`` (e.g. ``(B,)`` or ``(k, B)``), replay dtypes."""
+  return Transition(
+      obs=rng.normal(size=shape + (4,)).astype(np.float32),
+      action=rng.integers(0, num_actions, size=shape).astype(np.int64),
+      reward=rng.normal(size=shape).astype(np.float32),
+      discount=rng.choice([0.0, 0.99], size=shape).astype(np.float32),
+      next_obs=rng.normal(size=shape + (4,)).astype(np.float32),
+  )
+
+
+def _host(tree):
+  """A host copy (the jitted update donates its input state)."""
+  return jax.tree.map(np.array, jax.device_get(tree))
+
+
+def _params(head_kernel):
+  """Torso = identity + ReLU, linear head without bias: Q(o) = relu(o) @ head_kernel."""
+  return {"params": {
+      "MLPTorso_0": {"Dense_0": {"kernel": jnp.eye(4), "bias": jnp.zeros(4)}},
+      "Dense_0": {"kernel": jnp.asarray(head_kernel, jnp.float32), "bias": jnp.zeros(2)},
+  }}
+
+
+# --- the expected-Q loss -----------------------------------------------------
+# Online: Q(o) = [relu(o0), relu(o1)]; target: Q(o) = [relu(o1), relu(o0)] (swapped), so
+# double DQN (select online, evaluate target) and plain max-target DQN differ.
+ONLINE = _params([[1, 0], [0, 1], [0, 0], [0, 0]])
+TARGET = _params([[0, 1], [1, 0], [0, 0], [0, 0]])
+HAND_BATCH = Transition(
+    obs=np.array([[1, 2, 0, 0], [0, 4, 0, 0], [2, 1, 0, 0]], np.float32),
+    action=np.array([0, 1, 0], np.int64),
+    reward=np.array([1.0, -1.0, 0.5], np.float32),
+    discount=np.array([0.5, 0.9, 0.0], np.float32),
+    next_obs=np.array([[3, 1, 0, 0], [0, 2, 0, 0], [5, 5, 0, 0]], np.float32),
+)
+HAND_WEIGHTS = np.array([1.0, 0.5, 2.0], np.float32)
+
+
+def test_double_dqn_loss_by_hand():
+  agent = _agent()
+  loss, (priority, metrics) = agent.loss(ONLINE, TARGET, HAND_BATCH, HAND_WEIGHTS)
+  # item 0: q(s,a)=1; online next [3,1] -> a*=0; target next [1,3] -> 1; y = 1 + .5*1 = 1.5
+  #         td = .5, huber = .5*.5^2 = .125
+  # item 1: q(s,a)=4; online next [0,2] -> a*=1; target next [2,0] -> 0; y = -1
+  #         td = -5, huber = 5 - .5 = 4.5
+  # item 2: q(s,a)=2; terminal: y = .5; td = -1.5, huber = 1.5 - .5 = 1
+  # loss = (1*.125 + .5*4.5 + 2*1) / 3
+  np.testing.assert_allclose(loss, 4.375 / 3, rtol=1e-6)
+  np.testing.assert_allclose(priority, [0.5, 5.0, 1.5], rtol=1e-6)
+  np.testing.assert_allclose(metrics["loss"], 4.375 / 3, rtol=1e-6)
+  np.testing.assert_allclose(metrics["q_mean"], 10 / 6, rtol=1e-6)  # mean of [1,2],[0,4],[2,1]
+
+
+def test_plain_dqn_loss_uses_max_of_target_by_hand():
+  agent = _agent(double_q=False)
+  loss, (priority, _) = agent.loss(ONLINE, TARGET, HAND_BATCH, HAND_WEIGHTS)
+  # item 0: y = 1 + .5 * max[1,3] = 2.5, td = 1.5, huber = 1
+  # item 1: y = -1 + .9 * max[2,0] = .8, td = -3.2, huber = 2.7
+  # item 2: terminal, td = -1.5, huber = 1
+  np.testing.assert_allclose(loss, (1.0 + 0.5 * 2.7 + 2 * 1.0) / 3, rtol=1e-6)
+  np.testing.assert_allclose(priority, [1.5, 3.2, 1.5], rtol=1e-6)
+
+
+def _huber(x, delta=1.0):
+  a = np.abs(x)
+  return np.where(a <= delta, 0.5 * x ** 2, delta * (a - 0.5 * delta))
+
+
+@pytest.mark.parametrize("double_q", [True, False])
+def test_loss_matches_numpy_on_random_params(double_q):
+  agent = _agent(double_q=double_q, hidden_sizes=(8,))
+  params = agent.init(jax.random.PRNGKey(0)).params
+  target_params = agent.init(jax.random.PRNGKey(1)).params
+  rng = np.random.default_rng(0)
+  batch = _random_batch(rng, (16,))
+  weights = rng.uniform(0.1, 2.0, size=16).astype(np.float32)
+  apply = lambda p, o: np.asarray(agent.network.apply(p, o), np.float64)
+  q_tm1, q_target = apply(params, batch.obs), apply(target_params, batch.next_obs)
+  if double_q:
+    a_star = np.argmax(apply(params, batch.next_obs), axis=1)
+  else:
+    a_star = np.argmax(q_target, axis=1)
+  y = batch.reward + batch.discount * q_target[np.arange(16), a_star]
+  td = y - q_tm1[np.arange(16), batch.action]
+  loss_fn = jax.jit(agent.loss)
+  loss, (priority, _) = loss_fn(params, target_params, batch, weights)
+  np.testing.assert_allclose(loss, np.mean(weights * _huber(td)), rtol=1e-5)
+  np.testing.assert_allclose(priority, np.abs(td), rtol=1e-5, atol=1e-6)
+  # Weights matter: unit weights give a different value.
+  unit, _ = loss_fn(params, target_params, batch, np.ones(16, np.float32))
+  np.testing.assert_allclose(unit, np.mean(_huber(td)), rtol=1e-5)
+  assert abs(float(unit) - float(loss)) > 1e-4
+
+
+def test_reward_clip():
+  agent = _agent(reward_clip=0.5)
+  batch = HAND_BATCH.replace(reward=np.array([1.0, -1.0, 0.25], np.float32))
+  _, (priority, _) = agent.loss(ONLINE, TARGET, batch, HAND_WEIGHTS)
+  # rewards clipped to [.5, -.5, .25]: td = [.5+.5-1, -.5-4, .25-2]
+  np.testing.assert_allclose(priority, [0.0, 4.5, 1.75], atol=1e-6)
+
+
+# --- C51 -----------------------------------------------------------------------
+SUPPORT = np.array([-1.0, -0.5, 0.0, 0.5, 1.0], np.float32)
+
+
+def test_categorical_projection_by_hand():
+  probs = np.array([0.1, 0.2, 0.3, 0.2, 0.2], np.float32)
+  # r = .25, discount = .5: atoms move to [-.25, 0, .25, .5, .75].
+  #   -.25 (.1) splits halfway between -.5 and 0; 0 (.2) -> 0; .25 (.3) splits between 0 and .5;
+  #   .5 (.2) -> .5; .75 (.2) splits between .5 and 1.
+  projected = rlax.categorical_l2_project(0.25 + 0.5 * SUPPORT, probs, SUPPORT)
+  np.testing.assert_allclose(projected, [0.0, 0.05, 0.4, 0.45, 0.1], atol=1e-6)
+  # r = 1, discount = 1: atoms move to [0, .5, 1, 1.5, 2]; everything above 1 is clipped to 1.
+  projected = rlax.categorical_l2_project(1.0 + SUPPORT, probs, SUPPORT)
+  np.testing.assert_allclose(projected, [0.0, 0.0, 0.1, 0.2, 0.7], atol=1e-6)
+  # Terminal (discount 0): a point mass at r = .25 splits between 0 and .5.
+  projected = rlax.categorical_l2_project(0.25 + 0.0 * SUPPORT, probs, SUPPORT)
+  np.testing.assert_allclose(projected, [0.0, 0.0, 0.5, 0.5, 0.0], atol=1e-6)
+
+
+def _np_project(z, probs, support):
+  """Independent C51 projection: each shifted atom splits its mass between its neighbours."""
+  v_min, v_max = support[0], support[-1]
+  dz = support[1] - support[0]
+  out = np.zeros(len(support))
+  for zj, pj in zip(np.clip(z, v_min, v_max), probs):
+    b = (zj - v_min) / dz
+    lo, hi = int(np.floor(b + 1e-9)), int(np.ceil(b - 1e-9))
+    if lo == hi:
+      out[lo] += pj
+    else:
+      out[lo] += pj * (hi - b)
+      out[hi] += pj * (b - lo)
+  return out
+
+
+def _softmax(x):
+  e = np.exp(x - x.max(-1, keepdims=True))
+  return e / e.sum(-1, keepdims=True)
+
+
+def test_c51_loss_matches_numpy():
+  agent = _agent(num_atoms=5, v_min=-1.0, v_max=1.0, hidden_sizes=(8,))
+  np.testing.assert_allclose(agent.atoms, SUPPORT)
+  params = agent.init(jax.random.PRNGKey(0)).params
+  target_params = agent.init(jax.random.PRNGKey(1)).params
+  rng = np.random.default_rng(1)
+  batch = _random_batch(rng, (6,))
+  batch = batch.replace(reward=rng.choice([-0.5, 0.25, 1.0], size=6).astype(np.float32))
+  weights = rng.uniform(0.5, 1.5, size=6).astype(np.float32)
+  logits_tm1 = np.asarray(agent.network.apply(params, batch.obs), np.float64)
+  logits_t = np.asarray(agent.network.apply(target_params, batch.next_obs), np.float64)
+  online_t = np.asarray(agent.network.apply(params, batch.next_obs), np.float64)
+  chex.assert_shape([logits_tm1, logits_t], (6, 2, 5))
+  q_select = (_softmax(online_t) * SUPPORT).sum(-1)
+  per_item = []
+  for i in range(6):
+    a_star = np.argmax(q_select[i])
+    target = _np_project(batch.reward[i] + batch.discount[i] * SUPPORT,
+                         _softmax(logits_t[i, a_star]), SUPPORT)
+    log_p = np.log(_softmax(logits_tm1[i, batch.action[i]]))
+    per_item.append(-np.sum(target * log_p))
+  loss, (priority, metrics) = jax.jit(agent.loss)(params, target_params, batch, weights)
+  np.testing.assert_allclose(priority, per_item, rtol=1e-5)
+  np.testing.assert_allclose(loss, np.mean(weights * np.array(per_item)), rtol=1e-5)
+  # Expected Q-values of the categorical head.
+  np.testing.assert_allclose(agent.q_values(params, batch.obs),
+                             (_softmax(logits_tm1) * SUPPORT).sum(-1), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(metrics["q_mean"], (_softmax(logits_tm1) * SUPPORT).sum(-1).mean(),
+                             rtol=1e-5)
+
+
+# --- updates -------------------------------------------------------------------
+def test_update_compiles_once():
+  agent = _agent()
+  state = agent.init(jax.random.PRNGKey(0))
+  rng = np.random.default_rng(0)
+  for _ in range(5):
+    state, metrics, priority = agent.update(
+        state, _random_batch(rng, (2, 8)), np.ones((2, 8), np.float32))
+  assert agent.update._cache_size() == 1
+  assert int(state.opt_steps) == 10
+
+
+def test_update_traces_once_with_assert_max_traces():
+  agent = _agent()
+  update = jax.jit(chex.assert_max_traces(agent._update, n=1))
+  state = agent.init(jax.random.PRNGKey(0))
+  rng = np.random.default_rng(0)
+  for _ in range(5):
+    state, _, _ = update(state, _random_batch(rng, (2, 8)), np.ones((2, 8), np.float32))
+  assert int(state.opt_steps) == 10
+  with pytest.raises(AssertionError):  # a different shape would retrace: the guard works
+    update(state, _random_batch(rng, (2, 9)), np.ones((2, 9), np.float32))
+
+
+def test_greedy_actions_compile_once():
+  agent = _agent()
+  params = agent.init(jax.random.PRNGKey(0)).params
+  rng = np.random.default_rng(0)
+  greedy = jax.jit(chex.assert_max_traces(agent._greedy_actions, n=1))
+  for _ in range(5):
+    obs = rng.normal(size=(8, 4)).astype(np.float32)
+    agent.act(params, obs, 0.1, rng)
+    np.testing.assert_array_equal(greedy(params, obs), agent.greedy_actions(params, obs))
+  assert agent.greedy_actions._cache_size() == 1
+
+
+def test_update_with_k_stacked_batches():
+  agent = _agent(learning_rate=1e-2)
+  state = agent.init(jax.random.PRNGKey(0))
+  before = _host(state)
+  batch = _random_batch(np.random.default_rng(0), (3, 8))
+  new, metrics, priority = agent.update(state, batch, None)
+  assert int(new.opt_steps) == 3
+  chex.assert_shape(priority, (3, 8))
+  assert set(metrics) == {"loss", "q_mean", "grad_norm"}
+  chex.assert_tree_shape_prefix(metrics, ())
+  assert all(np.isfinite(float(v)) for v in metrics.values())
+  changed = jax.tree.map(lambda a, b: not np.allclose(a, b), before.params, _host(new.params))
+  assert all(jax.tree.leaves(changed))
+  assert int(new.opt_state[1][0].count) == 3  # Adam stepped three times
+
+  # Same as three single-step calls on the slices.
+  state = agent.init(jax.random.PRNGKey(0))
+  for i in range(3):
+    state, _, p = agent.update(state, jax.tree.map(lambda x: x[i:i + 1], batch), None)
+    np.testing.assert_allclose(p[0], priority[i], rtol=1e-5, atol=1e-6)
+  chex.assert_trees_all_close(_host(state), _host(new), rtol=1e-5, atol=1e-6)
+
+
+def test_hard_target_copy_every_period():
+  agent = _agent(target_update_period=2, learning_rate=1e-2)
+  state = agent.init(jax.random.PRNGKey(0))
+  p0 = _host(state.params)
+  chex.assert_trees_all_equal(_host(state.target_params), p0)
+  rng = np.random.default_rng(0)
+  one = lambda s: agent.update(s, _random_batch(rng, (1, 8)), None)[0]
+
+  state = one(state)  # step 1: no copy yet
+  p1 = _host(state.params)
+  assert int(state.opt_steps) == 1
+  chex.assert_trees_all_equal(_host(state.target_params), p0)
+  assert not np.allclose(p1["params"]["Dense_0"]["kernel"], p0["params"]["Dense_0"]["kernel"])
+
+  state = one(state)  # step 2: hard copy
+  p2 = _host(state.params)
+  chex.assert_trees_all_equal(_host(state.target_params), p2)
+
+  state = one(state)  # step 3: target stays at step 2's params
+  chex.assert_trees_all_equal(_host(state.target_params), p2)
+  assert not np.allclose(_host(state.params)["params"]["Dense_0"]["kernel"],
+                         p2["params"]["Dense_0"]["kernel"])
+
+  state = agent.update(state, _random_batch(rng, (3, 8)), None)[0]  # steps 4..6: copy at 6
+  assert int(state.opt_steps) == 6
+  chex.assert_trees_all_equal(_host(state.target_params), _host(state.params))
+
+
+@pytest.mark.parametrize("tau", [0.5, 0.25])  # 0.25 tells new from old apart
+def test_polyak_target_update(tau):
+  agent = _agent(tau=tau, learning_rate=1e-2)
+  state = agent.init(jax.random.PRNGKey(0))
+  rng = np.random.default_rng(0)
+  state = agent.update(state, _random_batch(rng, (1, 8)), None)[0]
+  for _ in range(2):
+    old_target = _host(state.target_params)
+    state = agent.update(state, _random_batch(rng, (1, 8)), None)[0]
+    new_params = _host(state.params)
+    expected = jax.tree.map(lambda t, p: (1 - tau) * t + tau * p, old_target, new_params)
+    if tau == 0.5:  # halves are exact in float32
+      chex.assert_trees_all_equal(_host(state.target_params), expected)
+    chex.assert_trees_all_close(_host(state.target_params), expected, rtol=1e-6, atol=1e-7)
+    assert not np.allclose(new_params["params"]["Dense_0"]["kernel"],
+                           old_target["params"]["Dense_0"]["kernel"])
+
+
+# --- acting ----------------------------------------------------------------------
+def test_act_greedy_equals_argmax_q():
+  agent = _agent(num_actions=3)
+  params = agent.init(jax.random.PRNGKey(3)).params
+  obs = np.random.default_rng(0).normal(size=(256, 4)).astype(np.float32)
+  actions = agent.act(params, obs, 0.0, np.random.default_rng(0))
+  np.testing.assert_array_equal(actions, np.argmax(agent.q_values(params, obs), axis=-1))
+  assert actions.dtype == np.int64 and actions.shape == (256,)
+  assert len(np.unique(actions)) > 1  # a test on distinct greedy actions, not a constant
+
+
+def _assert_uniform(actions, num_actions):
+  counts = np.bincount(actions, minlength=num_actions)
+  expected = len(actions) / num_actions
+  chi2 = np.sum((counts - expected) ** 2 / expected)
+  assert chi2 < 13.8, counts  # 99.9% quantile of chi-square with 2 degrees of freedom
+
+
+def test_act_epsilon_one_is_uniform():
+  agent = _agent(num_actions=3)
+  params = agent.init(jax.random.PRNGKey(3)).params
+  obs = np.zeros((6000, 4), np.float32)  # one greedy action for all rows
+  greedy = np.asarray(agent.greedy_actions(params, obs))
+  assert len(np.unique(greedy)) == 1
+  _assert_uniform(agent.act(params, obs, 1.0, np.random.default_rng(0)), 3)
+
+
+def test_act_per_row_epsilon():
+  agent = _agent(num_actions=3)
+  params = agent.init(jax.random.PRNGKey(3)).params
+  obs = np.zeros((6000, 4), np.float32)
+  greedy = int(agent.greedy_actions(params, obs[:1])[0])
+  epsilon = np.where(np.arange(6000) % 2 == 0, 0.0, 1.0)
+  actions = agent.act(params, obs, epsilon, np.random.default_rng(0))
+  assert np.all(actions[0::2] == greedy)
+  _assert_uniform(actions[1::2], 3)
+
+
+def test_linear_epsilon_schedule():
+  agent = _agent(eps_start=1.0, eps_end=0.1, eps_decay_steps=1000)
+  assert agent.epsilon(0) == 1.0
+  np.testing.assert_allclose(agent.epsilon(500), 0.55)
+  assert agent.epsilon(1000) == pytest.approx(0.1)
+  assert agent.epsilon(10_000) == pytest.approx(0.1)
+  assert linear_epsilon(250, 1.0, 0.0, 1000) == 0.75
+
+
+# --- validation --------------------------------------------------------------------
+def test_continuous_action_space_is_rejected():
+  with pytest.raises(ConfigError, match="need a Discrete action space") as e:
+    DQN(DQNConfig(), BOX4, gym.spaces.Box(-1.0, 1.0, (2,), np.float32), env_id="Pendulum-v1")
+  assert "Pendulum-v1" in str(e.value) and "continuous-control algorithm" in str(e.value)
+
+
+def test_discrete_observation_space_is_rejected():
+  with pytest.raises(ConfigError, match="FlattenObservation"):
+    DQN(DQNConfig(), gym.spaces.Discrete(5), gym.spaces.Discrete(2))
+
+
+@pytest.mark.parametrize("config, message", [
+    (dict(tau=0.0), "tau must be in"),
+    (dict(batch_size=0), "batch_size must be >= 1"),
+    (dict(target_update_period=0), "target_update_period must be >= 1"),
+    (dict(num_atoms=5, v_min=1.0, v_max=1.0), "v_min < v_max"),
+    (dict(eps_end=1.5), "eps_start and eps_end must be in"),
+])
+def test_bad_config_is_rejected(config, message):
+  with pytest.raises(ConfigError, match=message):
+    _agent(**config)

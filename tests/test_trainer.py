@@ -1,0 +1,157 @@
+"""Tests for the synchronous Trainer: validation, checkpoints/summary/records, and learning."""
+
+import json
+
+import chex
+import jax
+import numpy as np
+import pytest
+
+import jaxasync
+from jaxasync import (ConfigError, DQN, DQNConfig, EnvFactory, MemoryRecorder, Trainer,
+                      TrainerConfig, restore_checkpoint)
+from jaxasync.envs import spaces_of
+
+CARTPOLE = EnvFactory("CartPole-v1")
+
+
+@pytest.fixture(scope="module")
+def cartpole_spaces():
+  return spaces_of(CARTPOLE)
+
+
+def _dqn(spaces, **config):
+  return DQN(DQNConfig(**config), *spaces, env_id="CartPole-v1")
+
+
+# --- validation ------------------------------------------------------------------
+def test_batch_larger_than_warmup_is_rejected(cartpole_spaces):
+  agent = _dqn(cartpole_spaces, batch_size=128)
+  with pytest.raises(ConfigError, match="Raise warmup_period or lower batch_size") as e:
+    Trainer(agent, CARTPOLE, TrainerConfig(warmup_period=64, progress=False))
+  assert "batch_size=128" in str(e.value) and "warmup_period=64" in str(e.value)
+  TrainerConfig(warmup_period=128).validate(128)  # equal is fine
+
+
+@pytest.mark.parametrize("config, message", [
+    (dict(n_step=0), "n_step must be >= 1, got 0"),
+    (dict(gamma=1.5), r"gamma must be in \[0, 1\], got 1.5"),
+    (dict(gamma=-0.1), r"gamma must be in \[0, 1\]"),
+    (dict(warmup_period=2_000, replay_capacity=1_000), "Lower warmup_period or raise replay_capacity"),
+    (dict(updates_per_call=0), "updates_per_call and num_envs >= 1"),
+    (dict(num_envs=0), "updates_per_call and num_envs >= 1"),
+    (dict(opt_interval=0.0), "opt_interval must be > 0"),
+])
+def test_bad_trainer_config_is_rejected(cartpole_spaces, config, message):
+  with pytest.raises(ConfigError, match=message):
+    TrainerConfig(**config).validate(32)
+  agent = _dqn(cartpole_spaces, batch_size=32)
+  with pytest.raises(ConfigError, match=message):  # before any env is built
+    Trainer(agent, EnvFactory("NoSuchEnv-v0"), TrainerConfig(progress=False, **config))
+
+
+def test_unknown_env_id():
+  with pytest.raises(ConfigError, match="it is not registered with gymnasium") as e:
+    EnvFactory("NoSuchEnv-v0")(1)
+  assert "'NoSuchEnv-v0'" in str(e.value) and "module:EnvName-v0" in str(e.value)
+  with pytest.raises(ConfigError, match="Did you mean") as e:
+    EnvFactory("CartPole-v9")(1)
+  assert "CartPole-v1" in str(e.value)
+
+
+def test_module_env_id_with_missing_module():
+  with pytest.raises(ConfigError, match="cannot import module 'no_such_module_xyz'") as e:
+    EnvFactory("no_such_module_xyz:Foo-v0")(1)
+  assert "install it or fix the 'module:EnvName-v0' id" in str(e.value)
+  # An importable module whose env is not registered: the id part is checked too.
+  with pytest.raises(ConfigError, match="not registered"):
+    EnvFactory("json:NoSuchEnv-v0")(1)
+
+
+def test_num_envs_zero_is_rejected():
+  with pytest.raises(ConfigError, match="num_envs must be >= 1"):
+    CARTPOLE(0)
+
+
+# --- a short synchronous run ---------------------------------------------------------
+SUMMARY_KEYS = {"samples_total", "opt_steps", "wall_s", "samples_per_sec", "opt_steps_per_sec",
+                "samples_per_opt_steps", "best_eval_reward", "final_eval_reward"}
+RECORD_KEYS = {"env_steps", "fps", "opt_steps", "opt_steps_per_sec", "samples_per_sec", "loss",
+               "eval_reward"}
+
+
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory, cartpole_spaces):
+  model_dir = tmp_path_factory.mktemp("run")
+  agent = _dqn(cartpole_spaces, hidden_sizes=(32,), batch_size=32)
+  recorder = MemoryRecorder()
+  config = TrainerConfig(max_opts=200, eval_interval=100, save_interval=100, record_interval=50,
+                         warmup_period=200, num_envs=4, updates_per_call=4, eval_episodes=2,
+                         replay_capacity=10_000, model_dir=str(model_dir), progress=False)
+  trainer = Trainer(agent, CARTPOLE, config, recorder=recorder)
+  summary = trainer.train()
+  return trainer, summary, recorder, model_dir
+
+
+def test_short_run_writes_checkpoints(short_run):
+  trainer, _, _, model_dir = short_run
+  names = {p.name for p in model_dir.iterdir()}
+  assert {"best", "100", "200", "final", "summary.json"} <= names
+  assert not any(n.endswith(".tmp") for n in names)
+  template = trainer.agent.init(jax.random.PRNGKey(42))
+  for name, opt_steps in [("100", 100), ("200", 200), ("final", 200)]:
+    state, meta = restore_checkpoint(model_dir / name, template)
+    assert int(state.opt_steps) == opt_steps, name
+    assert meta["opt_steps"] == opt_steps and meta["env_steps"] > 0
+  state, _ = restore_checkpoint(model_dir / "final", template)
+  chex.assert_trees_all_equal(state, jax.device_get(trainer.learner.state))
+  _, best_meta = restore_checkpoint(model_dir / "best", template)
+  assert best_meta["opt_steps"] in (100, 200)
+  assert best_meta["eval_reward"] == trainer.run_state.best_eval_reward
+
+
+def test_short_run_summary(short_run):
+  trainer, summary, _, model_dir = short_run
+  on_disk = json.loads((model_dir / "summary.json").read_text())
+  assert SUMMARY_KEYS <= set(on_disk)
+  assert on_disk["opt_steps"] == summary["opt_steps"] == 200
+  assert on_disk["samples_total"] == trainer.replay.added_total > 0
+  assert on_disk["samples_per_opt_steps"] == pytest.approx(on_disk["samples_total"] / 200)
+  assert on_disk["wall_s"] > 0
+  assert on_disk["opt_steps_per_sec"] == pytest.approx(200 / on_disk["wall_s"])
+  assert on_disk["samples_per_sec"] == pytest.approx(on_disk["samples_total"] / on_disk["wall_s"])
+  evals = [e["eval_reward"] for e in on_disk["evals"]]
+  assert [e["opt_steps"] for e in on_disk["evals"]] == [100, 200]
+  assert on_disk["best_eval_reward"] == max(evals) >= 8  # CartPole lasts >= 8 steps
+  assert on_disk["final_eval_reward"] == evals[-1]
+  assert on_disk["mode"] == "sync"
+  # One opt step per env step once env_steps reaches the warmup of 200 (4 env steps and one
+  # 4-step update per iteration): iterations 50..99 update, so 99 * 4 env steps in all.
+  assert trainer.env_steps == on_disk["env_steps"] == 396
+
+
+def test_short_run_records(short_run):
+  _, summary, recorder, _ = short_run
+  seen = set().union(*(values for _, values in recorder.records))
+  assert RECORD_KEYS <= seen, RECORD_KEYS - seen
+  # Updates advance 4 steps at a time: a record fires on the first count past each multiple of 50.
+  assert [s for s, _ in recorder.series("opt_steps")] == [52, 100, 152, 200]
+  assert [v for _, v in recorder.series("opt_steps")] == [52, 100, 152, 200]
+  assert [v for _, v in recorder.series("eval_reward")] == [e["eval_reward"]
+                                                          for e in summary["evals"]]
+  env_steps = [v for _, v in recorder.series("env_steps")]
+  assert env_steps == sorted(env_steps) and env_steps[0] >= 200
+  assert all(np.isfinite(v) and v >= 0 for _, v in recorder.series("loss"))
+  assert all(v > 0 for _, v in recorder.series("fps"))
+
+
+# --- learning ------------------------------------------------------------------------
+@pytest.mark.slow
+def test_dqn_solves_cartpole(tmp_path, cartpole_spaces):
+  agent = _dqn(cartpole_spaces)
+  config = TrainerConfig(max_opts=40_000, target_eval_reward=475, seed=0, progress=False,
+                         model_dir=str(tmp_path))
+  summary = Trainer(agent, CARTPOLE, config).train()
+  assert summary["best_eval_reward"] >= 475, summary["evals"]
+  assert summary["solved_at"] is not None
+  assert summary["opt_steps"] < 40_000  # stopped early on reaching the target
