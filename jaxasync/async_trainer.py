@@ -187,7 +187,7 @@ class AsyncTrainer:
     self.replay = replay if replay is not None else ReplayBuffer(
         example, config.replay_capacity, seed=config.seed)
     self.learner = Learner(agent, self.replay, config.seed, config.updates_per_call,
-                           agent.config.batch_size)
+                           agent.config.batch_size, beta_anneal_steps=config.max_opts)
     self.run_state = RunState(config, self.learner, self.recorder,
                               {"mode": f"async-{ac.actor_mode}"})
     self.evaluator = Evaluator(agent, eval_env_factory or env_factory, config.eval_episodes,

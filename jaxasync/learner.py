@@ -14,6 +14,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxasync.replay.prioritized import linear_beta
 from jaxasync.types import ModelInfo
 
 PyTree = Any
@@ -49,9 +50,12 @@ class Learner:
     seed: seeds the network initialisation.
     updates_per_call: ``k`` SGD steps per dispatch.
     batch_size: items per SGD step.
+    beta_anneal_steps: with a prioritized replay, anneal its importance-sampling
+      exponent linearly from its initial ``beta`` to 1 over this many SGD steps.
   """
 
-  def __init__(self, agent, replay, seed: int, updates_per_call: int, batch_size: int):
+  def __init__(self, agent, replay, seed: int, updates_per_call: int, batch_size: int,
+               beta_anneal_steps: int = 0):
     if updates_per_call < 1:
       raise ValueError(f"updates_per_call must be >= 1, got {updates_per_call}.")
     self.agent, self.replay = agent, replay
@@ -59,7 +63,9 @@ class Learner:
     self.state = agent.init(jax.random.PRNGKey(seed))
     self.opt_steps = 0
     self.prioritized = hasattr(replay, "update_priorities")
-    self.beta: float | None = None  # set by the trainer to anneal importance sampling
+    # Importance-sampling exponent annealed linearly from the replay's beta to 1.
+    self._beta0 = getattr(replay, "beta", None)
+    self._beta_anneal_steps = beta_anneal_steps
     self._metrics: dict | None = None
     self._pending_priorities = None  # (indices, generations, device priorities)
     self.time_sample = 0.0
@@ -68,7 +74,10 @@ class Learner:
   def _sample(self):
     k, b = self.k, self.batch_size
     if self.prioritized:
-      batch, idx, weights, gens = self.replay.sample(k * b, beta=self.beta)
+      beta = None
+      if self._beta_anneal_steps > 0:
+        beta = linear_beta(self.opt_steps, self._beta_anneal_steps, self._beta0)
+      batch, idx, weights, gens = self.replay.sample(k * b, beta=beta)
       reshape = lambda x: x.reshape((k, b) + x.shape[1:])
       return jax.tree.map(reshape, batch), reshape(weights), (reshape(idx), reshape(gens))
     batch = self.replay.sample(k * b)

@@ -50,6 +50,21 @@ def test_bad_trainer_config_is_rejected(cartpole_spaces, config, message):
     Trainer(agent, EnvFactory("NoSuchEnv-v0"), TrainerConfig(progress=False, **config))
 
 
+@pytest.mark.parametrize("config", [
+    dict(warmup_period=64, updates_per_call=4),  # one call samples 4 * 32 items
+    dict(warmup_period=32, updates_per_call=1, n_step=3),  # n-step lag: < 32 transitions
+], ids=["k_batches", "n_step_lag"])
+def test_a_validated_config_never_samples_more_than_stored(cartpole_spaces, config):
+  """A config that passes validation must train (or be rejected up front with a ConfigError)."""
+  agent = _dqn(cartpole_spaces, hidden_sizes=(16,), batch_size=32)
+  try:
+    trainer = Trainer(agent, CARTPOLE, TrainerConfig(max_opts=40, eval_interval=0,
+                                                     eval_episodes=1, progress=False, **config))
+  except ConfigError:
+    return
+  assert trainer.train()["opt_steps"] == 40
+
+
 def test_unknown_env_id():
   with pytest.raises(ConfigError, match="it is not registered with gymnasium") as e:
     EnvFactory("NoSuchEnv-v0")(1)
