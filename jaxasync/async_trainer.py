@@ -263,7 +263,7 @@ class AsyncTrainer:
 
   def _can_update(self) -> bool:
     c, learner = self.config, self.learner
-    if len(self.replay) < max(c.warmup_period, learner.batch_size) or learner.opt_steps >= c.max_opts:
+    if len(self.replay) < c.warmup_period or not learner.ready() or learner.opt_steps >= c.max_opts:
       return False
     n = learner.k * learner.batch_size
     if not self.limiter.can_sample(self.inserted, learner.opt_steps * learner.batch_size, n):

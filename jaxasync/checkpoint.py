@@ -1,9 +1,11 @@
 """Checkpoints of pytrees with flax's msgpack serialization, written atomically.
 
-A checkpoint is a directory with ``state.msgpack`` (the arrays, keyed by their
-pytree paths) and ``meta.json`` (counters, config, numpy RNG states). Each file
-is written to a temporary name in the same directory, fsynced, then renamed over
-the final name, so a killed run leaves either the old file or the new one.
+A checkpoint is a directory with ``state.msgpack``: the arrays keyed by their
+pytree paths plus the JSON meta (counters, config, numpy RNG states), in one
+file written to a temporary name in the same directory, fsynced, then renamed
+over the final name, so a killed run leaves either the old checkpoint or the new
+one, never arrays from one with meta from the other. ``meta.json`` beside it is a
+human-readable copy of the meta; restoring reads the meta from ``state.msgpack``.
 """
 
 from __future__ import annotations
@@ -45,9 +47,10 @@ def save_checkpoint(directory: str | os.PathLike, state: PyTree,
                     meta: dict | None = None) -> Path:
   """Writes ``state`` (any pytree of arrays) and JSON-able ``meta`` under ``directory``."""
   directory = Path(directory)
-  payload = serialization.msgpack_serialize(_flatten(state))
+  meta_json = json.dumps(meta or {}, indent=1, default=_json_default)
+  payload = serialization.msgpack_serialize({"arrays": _flatten(state), "meta": meta_json})
   _atomic_write(directory / "state.msgpack", payload)
-  _atomic_write(directory / "meta.json", json.dumps(meta or {}, indent=1, default=_json_default).encode())
+  _atomic_write(directory / "meta.json", meta_json.encode())  # informational copy
   return directory
 
 
@@ -57,7 +60,8 @@ def restore_checkpoint(directory: str | os.PathLike, template: PyTree) -> tuple[
   Raises ``ValueError`` naming the first leaf whose path, shape or dtype differs.
   """
   directory = Path(directory)
-  stored = serialization.msgpack_restore((directory / "state.msgpack").read_bytes())
+  payload = serialization.msgpack_restore((directory / "state.msgpack").read_bytes())
+  stored = payload["arrays"]
   paths_leaves, treedef = jax.tree_util.tree_flatten_with_path(template)
   leaves = []
   for path, like in paths_leaves:
@@ -68,8 +72,7 @@ def restore_checkpoint(directory: str | os.PathLike, template: PyTree) -> tuple[
     if x.shape != like.shape or x.dtype != like.dtype:
       raise ValueError(f"checkpoint leaf {key} is {x.shape} {x.dtype}, expected {like.shape} {like.dtype}.")
     leaves.append(x)
-  meta_path = directory / "meta.json"
-  meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+  meta = json.loads(payload["meta"])
   return jax.tree_util.tree_unflatten(treedef, leaves), meta
 
 

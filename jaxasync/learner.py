@@ -84,7 +84,8 @@ class Learner:
     return jax.tree.map(lambda x: x.reshape((k, b) + x.shape[1:]), batch), None, None
 
   def ready(self) -> bool:
-    return len(self.replay) >= self.batch_size
+    """Whether the replay holds enough items for one update call (``k * batch_size``)."""
+    return len(self.replay) >= self.k * self.batch_size
 
   def step(self) -> int:
     """One update call; returns the SGD steps it advanced (``updates_per_call``)."""

@@ -210,7 +210,7 @@ class Trainer:
                                 IntervalTrigger(c.save_interval))
     actor_params = to_cpu(learner.policy_params())
     credit = 0.0
-    last = (time.perf_counter(), 0, 0)  # time, env_steps, opt_steps at the last record
+    last = (time.perf_counter(), 0, 0, 0)  # time, env_steps, opt_steps, samples at the last record
     bar = progress_bar(c.max_opts, c.progress)
     try:
       while not self._done():
@@ -218,7 +218,7 @@ class Trainer:
         next_obs, reward, terminated, truncated, _ = self.env.step(actions)
         self.replay.add(proc.step(actions, reward, next_obs, terminated, truncated))
         self.env_steps += c.num_envs
-        if self.env_steps < c.warmup_period:
+        if self.env_steps < c.warmup_period or not learner.ready():
           continue
         credit += c.num_envs / c.opt_interval
         stepped = False
@@ -239,13 +239,14 @@ class Trainer:
           dt = now - last[0]
           fps = (self.env_steps - last[1]) / dt
           osps = (opt - last[2]) / dt
+          sps = (self.replay.added_total - last[3]) / dt
           self.recorder.record(opt, {
               "env_steps": self.env_steps, "opt_steps": opt, "fps": fps,
-              "samples_total": self.replay.added_total, "samples_per_sec": fps,
+              "samples_total": self.replay.added_total, "samples_per_sec": sps,
               "opt_steps_per_sec": osps,
               "samples_per_opt_steps": self.replay.added_total / opt,
               "epsilon": agent.epsilon(self.env_steps), **learner.metrics()})
-          last = (now, self.env_steps, opt)
+          last = (now, self.env_steps, opt, self.replay.added_total)
         if save_t(opt):
           run.save(str(opt), {"env_steps": self.env_steps})
     finally:
