@@ -180,6 +180,9 @@ class AsyncTrainer:
                replay=None):
     config.validate(agent.config.batch_size)
     async_config.validate()
+    if async_config.exploration == "apex" and getattr(agent.config, "noisy", False):
+      raise ConfigError("exploration='apex' adds an epsilon ladder on top of noisy nets; use "
+                        "exploration='schedule' (noisy agents explore through their noise).")
     self.agent, self.config, self.async_config = agent, config, async_config
     self.recorder = recorder or NullRecorder()
     ac = async_config

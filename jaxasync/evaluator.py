@@ -22,7 +22,8 @@ class Evaluator:
   """Runs ``num_episodes`` episodes, one per sub-env of a vector env, and averages their returns.
 
   Args:
-    agent: has ``act(params, obs, epsilon, rng)``.
+    agent: has ``act(params, obs, epsilon, rng, explore=False)`` (``explore=False``: noisy
+      nets use their mean weights).
     env_factory: builds the evaluation env (may differ from the training env).
     num_episodes: episodes per evaluation (run in parallel, one per sub-env).
     epsilon: exploration during evaluation (0 = greedy).
@@ -45,7 +46,7 @@ class Evaluator:
     returns = np.zeros(n)
     running = np.ones(n, bool)
     while running.any():
-      actions = self.agent.act(params, obs, self.epsilon, self._rng)
+      actions = self.agent.act(params, obs, self.epsilon, self._rng, explore=False)
       obs, reward, terminated, truncated, _ = self._env.step(actions)
       returns += reward * running
       running &= ~(terminated | truncated)

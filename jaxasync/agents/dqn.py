@@ -3,10 +3,17 @@
 ``DQN`` bundles three jitted functions:
   * ``greedy_actions(params, obs)``: argmax of Q on whatever device ``params``
     live on (actors commit their copy to the CPU);
-  * ``act(params, obs, epsilon, rng)``: epsilon-greedy in numpy around it, so the
-    jitted call is the only dispatch per vector step;
+  * ``act(params, obs, epsilon, rng, explore=True)``: epsilon-greedy in numpy
+    around it, so the jitted call is the only dispatch per vector step;
   * ``update(state, batch, weights)``: ``k`` SGD steps in one call (``lax.scan``)
     on the default device, since per-call dispatch dominates small updates.
+
+With ``DQNConfig(noisy=True)`` the Q head is made of ``NoisyDense`` layers
+(NoisyNet): all noise comes from explicit PRNG keys. ``act`` draws a fresh noise
+sample per call from a seed it takes from the numpy ``rng`` (``explore=False``:
+the mean network, for evaluation), ``update`` splits ``DQNState.key`` per SGD step
+into independent keys for online(obs), online(next_obs) and target(next_obs), and
+``epsilon()`` is 0 (noise replaces epsilon-greedy).
 """
 
 from __future__ import annotations
@@ -50,6 +57,9 @@ class DQNConfig:
     v_min, v_max: C51 support.
     eps_start, eps_end, eps_decay_steps: linear epsilon schedule over env steps.
     reward_clip: clip rewards to ``[-c, c]`` in the loss (Atari); ``0`` disables.
+    noisy: NoisyNet head(s) (factorized Gaussian) instead of epsilon-greedy exploration;
+      ``epsilon()`` is then 0.
+    noisy_sigma0: initial noise scale ``sigma0`` of the noisy layers (0.5 in Rainbow).
   """
 
   hidden_sizes: Sequence[int] = (64, 64)
@@ -69,6 +79,8 @@ class DQNConfig:
   eps_end: float = 0.05
   eps_decay_steps: int = 10_000
   reward_clip: float = 0.0
+  noisy: bool = False
+  noisy_sigma0: float = 0.5
 
   def validate(self) -> None:
     if self.batch_size < 1:
@@ -83,6 +95,8 @@ class DQNConfig:
           "num_atoms >= 1 and v_min < v_max.")
     if not (0.0 <= self.eps_end <= 1.0 and 0.0 <= self.eps_start <= 1.0):
       raise ConfigError("eps_start and eps_end must be in [0, 1].")
+    if self.noisy and not self.noisy_sigma0 >= 0.0:
+      raise ConfigError(f"noisy_sigma0 must be >= 0, got {self.noisy_sigma0}.")
 
 
 @flax.struct.dataclass
@@ -93,6 +107,7 @@ class DQNState:
   target_params: PyTree
   opt_state: PyTree
   opt_steps: jnp.ndarray  # int32 scalar: SGD steps taken
+  key: jnp.ndarray  # uint32[2] PRNG key data: the update's noise (noisy nets); split per step
 
 
 def linear_epsilon(env_steps: int, start: float, end: float, decay_steps: int) -> float:
@@ -121,20 +136,23 @@ class DQN:
         num_actions=self.num_actions,
         torso="nature_cnn" if obs_is_image(obs_space) else "mlp",
         hidden_sizes=tuple(config.hidden_sizes), dueling=config.dueling,
-        num_atoms=config.num_atoms)
+        num_atoms=config.num_atoms, noisy=config.noisy, sigma0=config.noisy_sigma0)
     self.optimizer = optax.chain(
         optax.clip_by_global_norm(config.max_grad_norm),
         optax.adam(config.learning_rate, eps=config.adam_eps))
     self.atoms = jnp.linspace(config.v_min, config.v_max, config.num_atoms)
     self.greedy_actions = jax.jit(self._greedy_actions)
+    self.noisy_greedy_actions = jax.jit(self._noisy_greedy_actions)
     self.update = jax.jit(self._update, donate_argnums=0)
 
   # --- init / params -------------------------------------------------------
   def init(self, key: chex.PRNGKey) -> DQNState:
+    """The initial state; ``key`` (``jax.random.PRNGKey``) seeds the params and the update noise."""
     obs = jnp.zeros((1,) + self.obs_space.shape, self.obs_space.dtype)
-    params = self.network.init(key, obs)
+    params = self.network.init(key, obs, deterministic=True)
     return DQNState(params=params, target_params=jax.tree.map(jnp.copy, params),
-                    opt_state=self.optimizer.init(params), opt_steps=jnp.zeros((), jnp.int32))
+                    opt_state=self.optimizer.init(params), opt_steps=jnp.zeros((), jnp.int32),
+                    key=_key_data(jax.random.fold_in(key, 1)))
 
   @staticmethod
   def policy_params(state: DQNState) -> PyTree:
@@ -142,27 +160,55 @@ class DQN:
     return state.params
 
   def epsilon(self, env_steps: int) -> float:
+    """The exploration schedule's epsilon; 0 for noisy agents (the noise explores)."""
     c = self.config
+    if c.noisy:
+      return 0.0
     return linear_epsilon(env_steps, c.eps_start, c.eps_end, c.eps_decay_steps)
 
   # --- acting --------------------------------------------------------------
-  def q_values(self, params: PyTree, obs: jnp.ndarray) -> jnp.ndarray:
-    """Expected Q-values ``[B, A]``."""
-    out = self.network.apply(params, obs)
+  def apply(self, params: PyTree, obs: jnp.ndarray, key: chex.PRNGKey | None = None) -> jnp.ndarray:
+    """The network's output; a noisy network draws its noise from ``key``, or uses its mean
+    weights when ``key`` is None (a non-noisy network ignores ``key``)."""
+    if not self.config.noisy:
+      return self.network.apply(params, obs)
+    if key is None:
+      return self.network.apply(params, obs, deterministic=True)
+    return self.network.apply(params, obs, rngs={"noise": key})
+
+  def q_values(self, params: PyTree, obs: jnp.ndarray,
+               key: chex.PRNGKey | None = None) -> jnp.ndarray:
+    """Expected Q-values ``[B, A]`` (noisy nets: with noise from ``key``, else the mean network)."""
+    out = self.apply(params, obs, key)
     if self.config.num_atoms > 1:
       out = jnp.sum(jax.nn.softmax(out, axis=-1) * self.atoms, axis=-1)
     return out
 
   def _greedy_actions(self, params: PyTree, obs: jnp.ndarray) -> jnp.ndarray:
+    """Argmax of Q; for noisy nets, of the mean (noise-free) network."""
     return jnp.argmax(self.q_values(params, obs), axis=-1).astype(jnp.int32)
 
+  def _noisy_greedy_actions(self, params: PyTree, obs: jnp.ndarray,
+                            seed: jnp.ndarray) -> jnp.ndarray:
+    """Argmax of Q under one noise sample drawn from the integer ``seed``."""
+    key = jax.random.PRNGKey(seed)
+    return jnp.argmax(self.q_values(params, obs, key), axis=-1).astype(jnp.int32)
+
   def act(self, params: PyTree, obs: np.ndarray, epsilon: float | np.ndarray,
-          rng: np.random.Generator) -> np.ndarray:
+          rng: np.random.Generator, explore: bool = True) -> np.ndarray:
     """Epsilon-greedy actions ``[B]`` for observations ``[B, *obs_shape]``.
 
-    ``epsilon`` is a scalar or one value per row (per-env exploration).
+    ``epsilon`` is a scalar or one value per row (per-env exploration). For a noisy
+    agent, ``explore=True`` acts greedily under a fresh noise sample (its seed drawn
+    from ``rng``) and ``explore=False`` under the mean network (evaluation);
+    ``epsilon`` is applied on top either way (``epsilon()`` is 0 for noisy agents).
+    ``explore`` does nothing for a non-noisy agent.
     """
-    actions = np.asarray(self.greedy_actions(params, obs))
+    if self.config.noisy and explore:
+      seed = np.uint32(rng.integers(2 ** 31))
+      actions = np.asarray(self.noisy_greedy_actions(params, obs, seed))
+    else:
+      actions = np.asarray(self.greedy_actions(params, obs))
     n = actions.shape[0]
     explore = rng.random(n) < epsilon
     if explore.any():
@@ -171,15 +217,23 @@ class DQN:
 
   # --- learning ------------------------------------------------------------
   def loss(self, params: PyTree, target_params: PyTree, batch: Transition,
-           weights: jnp.ndarray) -> tuple[jnp.ndarray, tuple[jnp.ndarray, dict]]:
-    """Importance-weighted loss over a batch ``[B]``; aux: per-item priorities ``[B]`` and metrics."""
+           weights: jnp.ndarray, key: chex.PRNGKey | None = None
+           ) -> tuple[jnp.ndarray, tuple[jnp.ndarray, dict]]:
+    """Importance-weighted loss over a batch ``[B]``; aux: per-item priorities ``[B]`` and metrics.
+
+    Noisy nets: ``key`` is split into independent noise for online(obs),
+    online(next_obs) and target(next_obs); ``None`` uses the mean networks.
+    """
     c = self.config
     reward = batch.reward
     if c.reward_clip > 0:
       reward = jnp.clip(reward, -c.reward_clip, c.reward_clip)
-    online_tm1 = self.network.apply(params, batch.obs)
-    target_t = self.network.apply(target_params, batch.next_obs)
-    online_t = self.network.apply(params, batch.next_obs) if c.double_q else target_t
+    k_tm1 = k_t = k_target = None
+    if c.noisy and key is not None:
+      k_tm1, k_t, k_target = jax.random.split(key, 3)
+    online_tm1 = self.apply(params, batch.obs, k_tm1)
+    target_t = self.apply(target_params, batch.next_obs, k_target)
+    online_t = self.apply(params, batch.next_obs, k_t) if c.double_q else target_t
     action = batch.action.astype(jnp.int32)
     if c.num_atoms == 1:
       td = jax.vmap(rlax.double_q_learning)(
@@ -199,20 +253,25 @@ class DQN:
 
   def _sgd_step(self, state: DQNState, inputs) -> tuple[DQNState, tuple]:
     batch, weights = inputs
+    c = self.config
+    key, noise_key = state.key, None
+    if c.noisy:
+      key, noise_key = jax.random.split(state.key)
     grads, (priority, metrics) = jax.grad(self.loss, has_aux=True)(
-        state.params, state.target_params, batch, weights)
+        state.params, state.target_params, batch, weights, noise_key)
     updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     opt_steps = state.opt_steps + 1
-    c = self.config
     if c.tau < 1.0:
       target = optax.incremental_update(params, state.target_params, c.tau)
     else:
       target = optax.periodic_update(params, state.target_params, opt_steps,
                                      c.target_update_period)
     metrics["grad_norm"] = optax.tree.norm(grads)
+    if c.noisy:
+      metrics["noise_sigma_mean"] = _mean_abs_sigma(params)
     return DQNState(params=params, target_params=target, opt_state=opt_state,
-                    opt_steps=opt_steps), (priority, metrics)
+                    opt_steps=opt_steps, key=key), (priority, metrics)
 
   def _update(self, state: DQNState, batch: Transition,
               weights: jnp.ndarray | None = None) -> tuple[DQNState, dict, jnp.ndarray]:
@@ -224,3 +283,18 @@ class DQN:
       weights = jnp.ones(batch.reward.shape, jnp.float32)
     state, (priority, metrics) = jax.lax.scan(self._sgd_step, state, (batch, weights))
     return state, jax.tree.map(jnp.mean, metrics), priority
+
+
+def _mean_abs_sigma(params: PyTree) -> jnp.ndarray:
+  """Mean ``|sigma|`` over the noisy layers' ``sigma_*`` leaves (how much noise is left)."""
+  flat = jax.tree_util.tree_flatten_with_path(params)[0]
+  sigmas = [jnp.abs(x).ravel() for path, x in flat
+            if str(getattr(path[-1], "key", "")).startswith("sigma_")]
+  return jnp.mean(jnp.concatenate(sigmas)) if sigmas else jnp.zeros(())
+
+
+def _key_data(key: jax.Array) -> jnp.ndarray:
+  """Raw ``uint32`` key data (checkpointable), whether ``key`` is a typed or a raw key."""
+  if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+    return jax.random.key_data(key)
+  return key

@@ -1,0 +1,196 @@
+"""Rainbow (Hessel et al. 2018), synchronous or asynchronous, with every component switchable.
+
+Rainbow = double Q + prioritized replay + dueling head + n-step returns + C51
+distributional head + noisy nets. All six are on by default; each one turns off
+with a flag, so ablations are one flag away:
+
+  python experiments/rainbow.py                           # --preset cartpole, CartPole-v1
+  python experiments/rainbow.py --mode sync --seed 3 --target-eval-reward 475
+  python experiments/rainbow.py --no-noisy                # epsilon-greedy instead of noisy nets
+  python experiments/rainbow.py --n-step 1 --no-dueling --num-atoms 1 --no-prioritized --no-double-q
+  python experiments/rainbow.py --preset atari            # Dopamine-style Atari hyperparameters
+  python experiments/rainbow.py --preset cartpole --help  # every flag, with that preset's defaults
+
+A preset only sets defaults: any flag given after it overrides them. Logs, checkpoints and
+<logdir>/summary.json go under --logdir, as with experiments/dqn.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Literal
+
+import tyro
+
+import jaxasync as ja
+from jaxasync.types import transition_example
+
+
+def _load_dqn_experiment():
+  """experiments/dqn.py as a module (experiments/ is not a package): its Args and mode choice."""
+  name = "jaxasync_experiments_dqn"
+  if name not in sys.modules:
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("dqn.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclass annotations are resolved through sys.modules
+    spec.loader.exec_module(module)
+  return sys.modules[name]
+
+
+dqn_experiment = _load_dqn_experiment()
+default_mode = dqn_experiment.default_mode
+
+Preset = Literal["cartpole", "atari"]
+
+
+@dataclasses.dataclass
+class Args(dqn_experiment.Args):
+  """experiments/dqn.py's flags, with the agent's flags unprefixed and the replay's priorities."""
+
+  preset: Preset = "cartpole"
+  """'cartpole' (a CPU-sized Rainbow that solves CartPole-v1) or 'atari' (Dopamine-style
+  Rainbow settings). Sets the defaults of every other flag."""
+  prioritized: bool = True
+  """proportional prioritized replay (--no-prioritized: uniform replay)."""
+  priority_alpha: float = 0.5
+  """priority exponent alpha."""
+  priority_beta: float = 0.4
+  """initial importance-sampling exponent beta, annealed to 1 over --max-opts."""
+  logdir: str = "runs/rainbow"
+  agent: Annotated[ja.DQNConfig, tyro.conf.OmitArgPrefixes] = dataclasses.field(
+      default_factory=ja.DQNConfig)
+  """the agent: --noisy/--no-noisy, --dueling/--no-dueling, --num-atoms (1: expected Q),
+  --double-q/--no-double-q, --v-min/--v-max, --learning-rate, ..."""
+
+
+def cartpole_preset() -> Args:
+  """All six components on; sized to solve CartPole-v1 in a few thousand env steps on a CPU.
+
+  The C51 support [0, 100] covers CartPole's discounted returns (at most 1 / (1 - 0.99)).
+  """
+  agent = ja.DQNConfig(
+      hidden_sizes=(64, 64), learning_rate=1e-3, adam_eps=1e-8, batch_size=128, double_q=True,
+      target_update_period=250, dueling=True, num_atoms=51, v_min=0.0, v_max=100.0,
+      noisy=True, noisy_sigma0=0.5)
+  return Args(preset="cartpole", env_id="CartPole-v1", n_step=3, gamma=0.99,
+              max_opts=50_000, warmup_period=1_000, opt_interval=1.0, updates_per_call=4,
+              replay_capacity=100_000, eval_interval=1_000, prioritized=True,
+              priority_alpha=0.5, priority_beta=0.4, logdir="runs/rainbow", agent=agent)
+
+
+def atari_preset() -> Args:
+  """Dopamine's Rainbow settings (Hessel et al. 2018's, with Dopamine's learning rate).
+
+  Env steps are agent steps (4 frames each with the usual frame skip): warmup 20k agent
+  steps, one SGD step every 4 agent steps, target copy every 32k frames = 8k agent steps =
+  2k SGD steps, 50M agent steps (200M frames) = 12.5M SGD steps.
+  """
+  agent = ja.DQNConfig(
+      learning_rate=6.25e-5, adam_eps=1.5e-4, batch_size=32, double_q=True,
+      target_update_period=2_000, dueling=True, num_atoms=51, v_min=-10.0, v_max=10.0,
+      noisy=True, noisy_sigma0=0.5, reward_clip=1.0)
+  return Args(preset="atari", env_id="ALE/Pong-v5", n_step=3, gamma=0.99,
+              max_opts=12_500_000, warmup_period=20_000, opt_interval=4.0, updates_per_call=1,
+              replay_capacity=1_000_000, eval_interval=62_500, eval_episodes=10,
+              record_interval=2_500, save_interval=250_000, prioritized=True,
+              priority_alpha=0.5, priority_beta=0.4, logdir="runs/rainbow_atari", agent=agent)
+
+
+PRESETS = {"cartpole": cartpole_preset, "atari": atari_preset}
+
+
+def is_atari_id(env_id: str) -> bool:
+  env_id = env_id.split(":", 1)[-1]
+  return env_id.startswith("ALE/") or "NoFrameskip" in env_id or env_id.endswith("Deterministic-v4")
+
+
+def parse(argv: list[str] | None = None) -> Args:
+  """Reads ``--preset`` first, then parses every flag with that preset's values as defaults."""
+  pre = argparse.ArgumentParser(add_help=False)
+  pre.add_argument("--preset", choices=sorted(PRESETS), default="cartpole")
+  known, _ = pre.parse_known_args(sys.argv[1:] if argv is None else argv)
+  return tyro.cli(Args, default=PRESETS[known.preset](), args=argv,
+                  description=__doc__)
+
+
+def make_replay(args: Args, agent: ja.DQN):
+  """A prioritized replay, or ``None`` (the trainers then build a uniform one)."""
+  if not args.prioritized:
+    return None
+  return ja.PrioritizedReplayBuffer(
+      transition_example(agent.obs_space, agent.action_space), args.replay_capacity,
+      seed=args.seed, alpha=args.priority_alpha, beta=args.priority_beta)
+
+
+def trainer_config(args: Args) -> ja.TrainerConfig:
+  return ja.TrainerConfig(
+      max_opts=args.max_opts, max_env_steps=args.max_env_steps, duration=args.duration,
+      target_eval_reward=args.target_eval_reward, warmup_period=args.warmup_period,
+      opt_interval=args.opt_interval, updates_per_call=args.updates_per_call,
+      eval_interval=args.eval_interval, record_interval=args.record_interval,
+      save_interval=args.save_interval, eval_episodes=args.eval_episodes,
+      num_envs=args.num_envs, n_step=args.n_step, gamma=args.gamma,
+      replay_capacity=args.replay_capacity, seed=args.seed, model_dir=args.logdir,
+      progress=args.progress)
+
+
+def components(args: Args) -> str:
+  a = args.agent
+  on = {"double-q": a.double_q, "prioritized": args.prioritized, "dueling": a.dueling,
+        f"{args.n_step}-step": args.n_step > 1, f"C51({a.num_atoms})": a.num_atoms > 1,
+        "noisy": a.noisy}
+  return ", ".join(k for k, v in on.items() if v) or "none (plain DQN)"
+
+
+def main(args: Args) -> dict:
+  if is_atari_id(args.env_id) or is_atari_id(args.eval_env_id or ""):
+    raise ja.ConfigError(
+        f"--preset {args.preset} with env {args.env_id!r}: the Atari env pipeline is not built "
+        "in jaxasync yet (frame skip, 84x84 grayscale, 4-frame stack, episodic life, no-op "
+        "starts). Pass a non-Atari --env-id (e.g. --env-id CartPole-v1) to use these settings "
+        "on it.")
+  mode = default_mode() if args.mode == "auto" else args.mode
+  env = ja.EnvFactory(args.env_id)
+  eval_env = ja.EnvFactory(args.eval_env_id or args.env_id)
+  config = trainer_config(args)
+  ja.check_env_id(args.env_id)
+  ja.check_env_id(eval_env.env_id)
+  obs_space, action_space = ja.envs.spaces_of(env)
+  agent = ja.DQN(args.agent, obs_space, action_space, args.env_id)
+  replay = make_replay(args, agent)
+  recorder = ja.MultiRecorder(
+      ja.TensorboardRecorder(args.logdir),
+      ja.ConsoleRecorder(("env_steps", "opt_steps", "samples_per_sec", "opt_steps_per_sec",
+                          "loss", "eval_reward")) if not args.progress else ja.NullRecorder())
+  print(f"jaxasync Rainbow ({components(args)}) on {args.env_id}, preset {args.preset}: "
+        f"mode={mode}"
+        + (f" ({args.async_.num_actors} {args.async_.actor_mode} actor(s) x "
+           f"{args.async_.envs_per_actor} envs)" if mode == "async" else f" ({args.num_envs} envs)")
+        + f", logs and checkpoints in {os.path.abspath(args.logdir)}", flush=True)
+  if mode == "sync":
+    summary = ja.Trainer(agent, env, config, recorder, eval_env, replay=replay).train()
+  else:
+    summary, _ = ja.train_async(ja.DQN, args.agent, env, config, args.async_, recorder, eval_env,
+                                replay=replay)
+  shown = {k: summary[k] for k in ("samples_total", "env_steps", "opt_steps", "wall_s",
+                                   "samples_per_sec", "opt_steps_per_sec", "best_eval_reward",
+                                   "final_eval_reward", "solved_at")}
+  print(json.dumps(shown, indent=1, default=float))
+  print(f"summary: {os.path.join(os.path.abspath(args.logdir), 'summary.json')}; "
+        f"best model: {os.path.join(os.path.abspath(args.logdir), 'best')}; "
+        f"TensorBoard: tensorboard --logdir {args.logdir}")
+  return summary
+
+
+if __name__ == "__main__":
+  try:
+    main(parse())
+  except ja.ConfigError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
