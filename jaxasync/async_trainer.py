@@ -319,7 +319,9 @@ class AsyncTrainer:
   def train(self) -> dict:
     """Runs to the end; returns the summary (also written to ``<model_dir>/summary.json``)."""
     c, ac, learner, run = self.config, self.async_config, self.learner, self.run_state
+    saved_affinity = None
     if ac.pin_cpus and hasattr(os, "sched_setaffinity"):
+      saved_affinity = os.sched_getaffinity(0)
       os.sched_setaffinity(0, {0})
     eval_worker = _EvalWorker(self.evaluator, run)
     eval_t, record_t, save_t, sync_t = (IntervalTrigger(c.eval_interval),
@@ -378,6 +380,8 @@ class AsyncTrainer:
       summary = self.summary()
       run.write_summary(summary)
       self.recorder.close()
+      if saved_affinity is not None:
+        os.sched_setaffinity(0, saved_affinity)
     if error is not None:
       raise error
     return summary

@@ -1,0 +1,481 @@
+"""Throughput of jaxasync's pieces and arrangements, measured in one invocation.
+
+Each figure is measured for --duration wall seconds after a warm-up (jit compilation and
+actor start-up excluded), --repeats times, variants interleaved (repeat 1 of every
+variant, then repeat 2, ...) so that drift in the machine's load hits them alike; medians
+are reported. On a shared machine single figures move 20-30 % between runs: compare the
+ratios, which are measured in the same invocation.
+
+Variants (--variants picks a subset):
+  actor    (a) one actor exactly as jaxasync runs it: `jaxasync.actor.run_actor` in a thread,
+           a ThreadParamStore published once, a ChunkQueue drained (and discarded) by a
+           consumer thread; env-steps/s from the actor's own counter sampled at two times.
+           Also "bare": the same vector env + `DQN.act` (jitted greedy + numpy epsilon) in a
+           plain loop, no StepProcessor, chunks or queue. Reported: actor / bare.
+  learner  (b) `jaxasync.Learner` on a pre-filled ReplayBuffer (sample + update calls of
+           --updates-per-call steps), opt-steps/s. Also "pure": the jitted `DQN.update` alone
+           on one device-resident batch reused (one call in flight, as the Learner does).
+           Reported: learner / pure.
+  sync     (c) `jaxasync.Trainer`, max_opts=10**9, eval_interval=0.
+  thread   (d) `jaxasync.AsyncTrainer` with thread actors.
+  process  (e) `jaxasync.AsyncTrainer` with process actors (spawn).
+  pinned   (e') the same with pin_cpus=True (learner on core 0, actors on the others).
+For (c)-(e') the trainers are built as `train_async` builds them, with a recorder that
+timestamps every record (one per 100 opt steps) and snapshots the counters and stage timers.
+The first record comes after the first update call, i.e. once actors have delivered the
+warm-up transitions and the update is compiled; rates are taken from the records between
+first + --warmup and first + --warmup + --duration (the summary's own rates divide by a wall
+time that includes actor start-up, a spawned process needs 2-4 s to import jax; they are kept
+in the JSON as summary_*). Overlap efficiency = env-steps/s / (a) + opt-steps/s / (b): a
+sync loop is at most 1.0, two fully used cores 2.0. Env steps rather than inserted
+transitions, so that numerator and (a) count the same thing (the two differ by gymnasium's
+autoreset steps, one per episode). The table's time fractions are the learner thread's, over the
+same window, from the trainers' stage timers ("other" = the rest: loop, records, acting in sync).
+In sync, "update" is the Learner's dispatch plus its wait on the previous call; the loop's copy of
+the params for acting, after every call, waits for the update, so part of it lands in "other".
+
+  (g) with --solve-seeds N > 0: time to reach an evaluation >= --solve-reward (eval every
+      1000 opt steps) for sync and for the async variant with the best overlap efficiency,
+      one run per seed 0..N-1; env steps and wall seconds.
+
+Run (from the repository root):
+  python scripts/bench_throughput.py --json /tmp/bench.json        # everything, ~5 min on 2 cores
+  python scripts/bench_throughput.py --variants actor learner --repeats 1 --duration 4
+  python scripts/bench_throughput.py --variants sync pinned --solve-seeds 0 --num-actors 2
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import platform
+import queue
+import statistics
+import sys
+import threading
+import time
+from typing import Literal
+
+import jax
+import numpy as np
+import tyro
+
+import jaxasync as ja
+from jaxasync.actor import ActorShared, run_actor
+from jaxasync.evaluator import to_cpu
+from jaxasync.types import transition_example
+
+Variant = Literal["actor", "learner", "sync", "thread", "process", "pinned"]
+ASYNC_VARIANTS = {"thread": ("thread", False), "process": ("process", False),
+                  "pinned": ("process", True)}
+RECORD_INTERVAL = 100  # opt steps between the trainers' records (our timestamps)
+
+
+@dataclasses.dataclass
+class Args:
+  env_id: str = "CartPole-v1"
+  variants: tuple[Variant, ...] = ("actor", "learner", "sync", "thread", "process", "pinned")
+  """what to measure (see the docstring); 'actor' includes bare, 'learner' includes pure."""
+  duration: float = 8.0
+  """measured seconds per figure and repeat."""
+  warmup: float = 2.0
+  """seconds run and discarded before each measured window (after compilation / first update)."""
+  repeats: int = 3
+  num_actors: int = 1
+  envs_per_actor: int = 8
+  sync_num_envs: int = 4
+  """sub-envs of the sync Trainer's env (TrainerConfig's default)."""
+  updates_per_call: int = 4
+  batch_size: int = 128
+  hidden_sizes: tuple[int, ...] = (64, 64)
+  solve_seeds: int = 1
+  """(g): runs per arrangement, seeds 0..N-1; 0 skips it."""
+  solve_reward: float = 475.0
+  solve_timeout: float = 300.0
+  """give up a solve run after this many seconds."""
+  seed: int = 0
+  json: str | None = None
+  """write every figure here."""
+
+
+# --- (a) actor alone ------------------------------------------------------------------------------
+def measure_actor(args: Args, agent_factory, env: ja.EnvFactory) -> dict:
+  """One jaxasync actor in a thread; its env-step counter sampled after warm-up and at the end."""
+  agent = agent_factory()
+  store = ja.ThreadParamStore()
+  store.publish(ja.ModelInfo(0, jax.device_get(agent.init(jax.random.PRNGKey(args.seed)).params)))
+  transport, stop, errors = ja.ChunkQueue(ja.AsyncConfig().queue_size), threading.Event(), queue.Queue()
+  shared = ActorShared(np.zeros(1, np.int64), np.full(1, -1, np.int64))
+  config = ja.ActorConfig(num_envs=args.envs_per_actor, chunk_steps=ja.AsyncConfig().chunk_steps,
+                          seed=args.seed)
+  actor = threading.Thread(target=run_actor, args=(0, agent_factory, env, config, transport, store,
+                                                   stop, errors, shared), daemon=True)
+
+  def consume():
+    while not stop.is_set():
+      transport.get(0.05)
+
+  consumer = threading.Thread(target=consume, daemon=True)
+  actor.start()
+  consumer.start()
+  try:
+    while shared.env_steps[0] == 0 and actor.is_alive():  # first chunk: the policy is compiled
+      time.sleep(0.01)
+    time.sleep(args.warmup)
+    t0, s0 = time.perf_counter(), int(shared.env_steps[0])
+    time.sleep(args.duration)
+    t1, s1 = time.perf_counter(), int(shared.env_steps[0])
+  finally:
+    stop.set()
+    actor.join(10)
+    consumer.join(10)
+  if not errors.empty():
+    raise RuntimeError(f"actor failed:\n{errors.get()[1]}")
+  return {"env_steps_per_sec": (s1 - s0) / (t1 - t0), "window_s": t1 - t0}
+
+
+def measure_bare(args: Args, agent, env: ja.EnvFactory) -> dict:
+  """The reference loop: vector env + DQN.act (jitted greedy, numpy epsilon), nothing else."""
+  venv = env(args.envs_per_actor, seed=args.seed)
+  params = to_cpu(agent.init(jax.random.PRNGKey(args.seed)).params)
+  rng = np.random.default_rng(args.seed)
+  eps = agent.config.eps_end  # where the actor's schedule is after its warm-up
+  obs, _ = venv.reset(seed=args.seed)
+
+  def run(seconds: float) -> int:
+    nonlocal obs
+    steps, end = 0, time.perf_counter() + seconds
+    while time.perf_counter() < end:
+      obs, _, _, _, _ = venv.step(agent.act(params, obs, eps, rng))
+      steps += args.envs_per_actor
+    return steps
+
+  run(args.warmup)  # includes compiling the policy
+  t0 = time.perf_counter()
+  steps = run(args.duration)
+  t1 = time.perf_counter()
+  venv.close()
+  return {"env_steps_per_sec": steps / (t1 - t0), "window_s": t1 - t0}
+
+
+# --- (b) learner alone ----------------------------------------------------------------------------
+def filled_replay(agent, env: ja.EnvFactory, items: int, seed: int) -> ja.ReplayBuffer:
+  """A ReplayBuffer holding ``items`` real transitions of a uniformly random policy."""
+  replay = ja.ReplayBuffer(transition_example(agent.obs_space, agent.action_space), items, seed=seed)
+  venv = env(8, seed=seed)
+  obs, _ = venv.reset(seed=seed)
+  proc = ja.StepProcessor(8, obs[0], np.asarray(venv.single_action_space.sample()))
+  proc.reset(obs)
+  rng = np.random.default_rng(seed)
+  while len(replay) < items:
+    actions = rng.integers(0, agent.num_actions, 8).astype(venv.single_action_space.dtype)
+    next_obs, reward, terminated, truncated, _ = venv.step(actions)
+    replay.add(proc.step(actions, reward, next_obs, terminated, truncated))
+  venv.close()
+  return replay
+
+
+def measure_learner(args: Args, agent, replay: ja.ReplayBuffer) -> dict:
+  """jaxasync.Learner: sample from the replay + update call, one call in flight."""
+  learner = ja.Learner(agent, replay, args.seed, args.updates_per_call, args.batch_size)
+
+  def run(seconds: float) -> int:
+    calls, end = 0, time.perf_counter() + seconds
+    while time.perf_counter() < end:
+      learner.step()
+      calls += 1
+    jax.block_until_ready(learner.state)
+    return calls
+
+  run(args.warmup)  # the first call compiles
+  t0 = time.perf_counter()
+  calls = run(args.duration)
+  t1 = time.perf_counter()
+  return {"opt_steps_per_sec": calls * args.updates_per_call / (t1 - t0), "window_s": t1 - t0,
+          "sample_frac": learner.time_sample / max(1e-9, learner.time_sample + learner.time_update)}
+
+
+def measure_pure(args: Args, agent, replay: ja.ReplayBuffer) -> dict:
+  """The jitted update alone: one batch sampled once, put on the learner's device, reused."""
+  k, b = args.updates_per_call, args.batch_size
+  batch = jax.device_put(jax.tree.map(lambda x: x.reshape((k, b) + x.shape[1:]), replay.sample(k * b)))
+  state = agent.init(jax.random.PRNGKey(args.seed))
+
+  def run(seconds: float) -> int:
+    nonlocal state
+    calls, metrics, end = 0, None, time.perf_counter() + seconds
+    while time.perf_counter() < end:
+      previous = metrics
+      state, metrics, _ = agent.update(state, batch, None)
+      if previous is not None:  # one call in flight, as in Learner.step
+        jax.block_until_ready(previous)
+      calls += 1
+    jax.block_until_ready(state)
+    return calls
+
+  run(args.warmup)
+  t0 = time.perf_counter()
+  calls = run(args.duration)
+  t1 = time.perf_counter()
+  return {"opt_steps_per_sec": calls * k / (t1 - t0), "window_s": t1 - t0}
+
+
+# --- (c)-(e') trainers ----------------------------------------------------------------------------
+class WindowRecorder:
+  """A Recorder that timestamps the trainer's records and snapshots its counters and stage timers.
+
+  The first record marks "learning has started" (first update call done, so compiled; for async,
+  actors are up and delivered warmup_period env steps). ``attach`` lets the recorder end the run
+  right after the measured window [first + warmup, first + warmup + duration]: it shortens the
+  trainer's ``config.duration``, which both trainers re-read in their stop test (no public stop
+  hook exists). Should that stop working, the run lasts the long initial duration and the window
+  is still cut from the records.
+  """
+
+  def __init__(self, warmup: float, duration: float):
+    self.warmup, self.duration = warmup, duration
+    self.points: list[dict] = []
+    self.trainer, self.stage_times = None, lambda: {}
+
+  def attach(self, trainer, stage_times) -> None:
+    self.trainer, self.stage_times = trainer, stage_times
+
+  def record(self, step: int, values) -> None:
+    if "opt_steps" not in values:  # evaluation records
+      return
+    now = time.perf_counter()
+    self.points.append({"t": now, "opt_steps": values["opt_steps"], "env_steps": values["env_steps"],
+                        "samples": values["samples_total"],
+                        "queue_length": values.get("queue_length", 0.0),
+                        "policy_lag": values.get("policy_lag_mean", 0.0),
+                        "stages": dict(self.stage_times())})
+    if len(self.points) == 1 and self.trainer is not None:
+      t = self.trainer
+      end = now + self.warmup + self.duration + 0.01
+      t.config = dataclasses.replace(t.config, duration=end - t.run_state.start)
+
+  def close(self) -> None:
+    pass
+
+  def window(self) -> dict:
+    if not self.points:
+      raise RuntimeError("the trainer never recorded: learning did not start (raise --duration?)")
+    lo = self.points[0]["t"] + self.warmup
+    pts = [p for p in self.points if lo <= p["t"] <= lo + self.duration + 0.5]
+    if len(pts) < 2:  # too few updates to cut a window: fall back to every record
+      pts = self.points
+    a, z = pts[0], pts[-1]
+    dt = max(1e-9, z["t"] - a["t"])
+    stages = {k: (z["stages"][k] - a["stages"][k]) / dt for k in z["stages"]}
+    stages["other"] = 1.0 - sum(stages.values())
+    return {"env_steps_per_sec": (z["env_steps"] - a["env_steps"]) / dt,
+            "samples_per_sec": (z["samples"] - a["samples"]) / dt,
+            "opt_steps_per_sec": (z["opt_steps"] - a["opt_steps"]) / dt,
+            "window_s": dt, "records_in_window": len(pts),
+            "queue_length_mean": float(np.mean([p["queue_length"] for p in pts])),
+            "policy_lag_mean": float(np.mean([p["policy_lag"] for p in pts])),
+            "stage_fractions": stages}
+
+
+def trainer_config(args: Args, **kw) -> ja.TrainerConfig:
+  base = dict(max_opts=10**9, eval_interval=0, record_interval=RECORD_INTERVAL, save_interval=0,
+              updates_per_call=args.updates_per_call, num_envs=args.sync_num_envs, seed=args.seed,
+              progress=False)
+  base.update(kw)
+  return ja.TrainerConfig(**base)
+
+
+def async_config(args: Args, variant: str) -> ja.AsyncConfig:
+  mode, pin = ASYNC_VARIANTS[variant]
+  return ja.AsyncConfig(num_actors=args.num_actors, actor_mode=mode,
+                        envs_per_actor=args.envs_per_actor, pin_cpus=pin)
+
+
+def summary_figures(summary: dict) -> dict:
+  out = {f"summary_{k}": summary[k] for k in ("samples_per_sec", "opt_steps_per_sec", "wall_s")}
+  if "stage_fractions" in summary:
+    out["summary_stage_fractions"] = summary["stage_fractions"]
+  return out
+
+
+def measure_sync(args: Args, agent_factory, env: ja.EnvFactory) -> dict:
+  recorder = WindowRecorder(args.warmup, args.duration)
+  trainer = ja.Trainer(agent_factory(), env, trainer_config(args, duration=60 + args.duration),
+                       recorder)
+  learner = trainer.learner
+  recorder.attach(trainer, lambda: {"sample": learner.time_sample, "update": learner.time_update})
+  summary = trainer.train()
+  return {**recorder.window(), **summary_figures(summary)}
+
+
+def measure_async(args: Args, agent_factory, env: ja.EnvFactory, variant: str) -> dict:
+  recorder = WindowRecorder(args.warmup, args.duration)
+  # What train_async does, with a handle on the trainer for the recorder.
+  trainer = ja.AsyncTrainer(agent_factory(), agent_factory, env,
+                            trainer_config(args, duration=60 + args.duration),
+                            async_config(args, variant), recorder)
+  recorder.attach(trainer, trainer.stage_times)
+  affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+  try:
+    summary = trainer.train()
+  finally:
+    if affinity is not None:  # pin_cpus pins the calling thread to core 0 and leaves it there
+      os.sched_setaffinity(0, affinity)
+  return {**recorder.window(), **summary_figures(summary),
+          "dropped_chunks": summary["dropped_chunks"]}
+
+
+# --- (g) time to solve ----------------------------------------------------------------------------
+def solve(args: Args, agent_config: ja.DQNConfig, agent_factory, env: ja.EnvFactory,
+          variant: str, seed: int) -> dict:
+  config = trainer_config(args, seed=seed, duration=args.solve_timeout,
+                          target_eval_reward=args.solve_reward, eval_interval=1_000,
+                          record_interval=0)
+  affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+  t0 = time.perf_counter()
+  try:
+    if variant == "sync":
+      summary = ja.Trainer(agent_factory(), env, config).train()
+    else:
+      summary, _ = ja.train_async(ja.DQN, agent_config, env, config, async_config(args, variant))
+  finally:
+    if affinity is not None:
+      os.sched_setaffinity(0, affinity)
+  total = time.perf_counter() - t0
+  at = summary["solved_at"]
+  return {"seed": seed, "solved": at is not None,
+          "env_steps": at["env_steps"] if at else summary["env_steps"],
+          "opt_steps": at["opt_steps"] if at else summary["opt_steps"],
+          "wall_s": at["wall_s"] if at else summary["wall_s"],  # from the trainer's construction
+          "total_wall_s": total,  # the whole call, stop and clean-up included
+          "best_eval_reward": summary["best_eval_reward"]}
+
+
+# --- driver ---------------------------------------------------------------------------------------
+def median_of(runs: list[dict]) -> dict:
+  """Per-key medians over repeats (nested dicts too)."""
+  out = {}
+  for key, value in runs[0].items():
+    if isinstance(value, dict):
+      out[key] = median_of([r[key] for r in runs])
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+      out[key] = statistics.median(r[key] for r in runs)
+  return out
+
+
+def machine_info() -> dict:
+  return {"cpu_count": os.cpu_count(),
+          "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+          "platform": platform.platform(), "python": sys.version.split()[0],
+          "jax": jax.__version__, "jax_backend": jax.default_backend(),
+          "jax_devices": [str(d) for d in jax.devices()],
+          "loadavg_start": os.getloadavg() if hasattr(os, "getloadavg") else None}
+
+
+def main(args: Args) -> dict:
+  start, machine = time.perf_counter(), machine_info()
+  ja.check_env_id(args.env_id)
+  env = ja.EnvFactory(args.env_id)
+  obs_space, action_space = ja.envs.spaces_of(env)
+  agent_config = ja.DQNConfig(hidden_sizes=tuple(args.hidden_sizes), batch_size=args.batch_size)
+  agent_factory = functools.partial(ja.DQN, agent_config, obs_space, action_space, args.env_id)
+  agent = agent_factory()
+  print(f"jaxasync throughput on {args.env_id}: {args.duration:g} s per figure after {args.warmup:g} s "
+        f"warm-up, {args.repeats} repeat(s); jax {jax.default_backend()} {jax.devices()}, "
+        f"{os.cpu_count()} CPUs", flush=True)
+
+  replay = None
+  runs: dict[str, list[dict]] = {}
+  for r in range(args.repeats):
+    for variant in args.variants:
+      t0 = time.perf_counter()
+      if variant == "actor":
+        runs.setdefault("actor", []).append(measure_actor(args, agent_factory, env))
+        runs.setdefault("bare", []).append(measure_bare(args, agent, env))
+        shown = f"actor {runs['actor'][-1]['env_steps_per_sec']:,.0f} bare {runs['bare'][-1]['env_steps_per_sec']:,.0f} env-steps/s"
+      elif variant == "learner":
+        replay = replay or filled_replay(agent, env, 50_000, args.seed)
+        runs.setdefault("learner", []).append(measure_learner(args, agent, replay))
+        runs.setdefault("pure", []).append(measure_pure(args, agent, replay))
+        shown = f"learner {runs['learner'][-1]['opt_steps_per_sec']:,.0f} pure {runs['pure'][-1]['opt_steps_per_sec']:,.0f} opt-steps/s"
+      else:
+        fig = (measure_sync(args, agent_factory, env) if variant == "sync"
+               else measure_async(args, agent_factory, env, variant))
+        runs.setdefault(variant, []).append(fig)
+        shown = f"{fig['env_steps_per_sec']:,.0f} env-steps/s {fig['opt_steps_per_sec']:,.0f} opt-steps/s"
+      print(f"  repeat {r + 1}/{args.repeats} {variant:8s} {shown}  ({time.perf_counter() - t0:.1f} s)",
+            flush=True)
+
+  med = {name: median_of(rs) for name, rs in runs.items()}
+  rate = lambda name, key: med.get(name, {}).get(key)
+  actor_alone, learner_alone = rate("actor", "env_steps_per_sec"), rate("learner", "opt_steps_per_sec")
+  ratios = {}
+  if "actor" in med:
+    ratios["actor_over_bare"] = actor_alone / rate("bare", "env_steps_per_sec")
+  if "learner" in med:
+    ratios["learner_over_pure"] = learner_alone / rate("pure", "opt_steps_per_sec")
+  overlap = {}
+  for name in ("sync", *ASYNC_VARIANTS):
+    if name in med and actor_alone and learner_alone:
+      overlap[name] = (med[name]["env_steps_per_sec"] / actor_alone
+                       + med[name]["opt_steps_per_sec"] / learner_alone)
+
+  solves: dict[str, list[dict]] = {}
+  if args.solve_seeds > 0:
+    measured = [v for v in ASYNC_VARIANTS if v in overlap]
+    best = max(measured, key=overlap.get) if measured else "process"
+    for variant in ("sync", best):
+      for seed in range(args.solve_seeds):
+        res = solve(args, agent_config, agent_factory, env, variant, seed)
+        solves.setdefault(variant, []).append(res)
+        print(f"  solve {variant:8s} seed {seed}: solved={res['solved']} at {res['env_steps']:,} env "
+              f"steps, {res['wall_s']:.1f} s (call {res['total_wall_s']:.1f} s)", flush=True)
+
+  # --- the table --------------------------------------------------------------------------------
+  print(f"\nmedians of {args.repeats} repeat(s), {args.duration:g} s windows "
+        f"({args.num_actors} actor(s) x {args.envs_per_actor} envs, sync {args.sync_num_envs} envs, "
+        f"batch {args.batch_size}, {args.updates_per_call} updates/call)")
+  print(f"{'variant':10s} {'env-steps/s':>12s} {'opt-steps/s':>12s} {'ratio':>7s} {'overlap':>8s}  "
+        "steady-state time fractions (learner thread)")
+  fmt = lambda x: "-" if x is None else f"{x:,.0f}"
+  for name in ("actor", "bare", "learner", "pure", "sync", *ASYNC_VARIANTS):
+    if name not in med:
+      continue
+    m = med[name]
+    ratio = {"actor": ratios.get("actor_over_bare"),
+             "learner": ratios.get("learner_over_pure")}.get(name)
+    stages = " ".join(f"{k}={v:.2f}" for k, v in m.get("stage_fractions", {}).items())
+    if "queue_length_mean" in m and name != "sync":
+      stages += f" | queue {m['queue_length_mean']:.0f} lag {m['policy_lag_mean']:.0f}"
+    print(f"{name:10s} {fmt(m.get('env_steps_per_sec')):>12s} {fmt(m.get('opt_steps_per_sec')):>12s} "
+          f"{'' if ratio is None else f'{ratio:.2f}':>7s} "
+          f"{'' if name not in overlap else f'{overlap[name]:.2f}':>8s}  {stages}")
+  for variant, rs in solves.items():
+    for res in rs:
+      print(f"solve {variant:8s} seed {res['seed']}: "
+            + (f"eval >= {args.solve_reward:g} at {res['env_steps']:,} env steps, {res['wall_s']:.1f} s"
+               if res["solved"] else f"not solved in {args.solve_timeout:g} s "
+               f"(best eval {res['best_eval_reward']:.0f}, {res['env_steps']:,} env steps)"))
+
+  result = {
+      "config": {"args": dataclasses.asdict(args), "agent": dataclasses.asdict(agent_config),
+                 "trainer": dataclasses.asdict(trainer_config(args)),
+                 "async": {v: dataclasses.asdict(async_config(args, v)) for v in ASYNC_VARIANTS},
+                 "record_interval": RECORD_INTERVAL,
+                 "overlap_efficiency": "env_steps_per_sec / actor + opt_steps_per_sec / learner",
+                 "trainer_rates": "from timestamped records in [first + warmup, first + warmup + duration]"},
+      "machine": {**machine, "loadavg_end": os.getloadavg() if hasattr(os, "getloadavg") else None},
+      "medians": med, "ratios": ratios, "overlap_efficiency": overlap,
+      "repeats": runs, "solve": solves, "wall_s": time.perf_counter() - start,
+  }
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump(result, f, indent=1, default=float)
+    print(f"JSON: {args.json}")
+  return result
+
+
+if __name__ == "__main__":
+  main(tyro.cli(Args))

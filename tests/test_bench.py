@@ -1,0 +1,45 @@
+"""The throughput harness runs end to end on a tiny budget and writes every figure (no timing checks)."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_throughput.py"
+
+
+def test_bench_throughput_writes_every_figure(tmp_path):
+  out = tmp_path / "bench.json"
+  proc = subprocess.run(
+      [sys.executable, str(SCRIPT), "--duration", "1", "--warmup", "0.3", "--repeats", "1",
+       "--variants", "actor", "learner", "sync", "thread", "--solve-seeds", "0",
+       "--json", str(out)],
+      capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  assert "overlap" in proc.stdout  # the table was printed
+  result = json.loads(out.read_text())
+
+  med = result["medians"]
+  assert set(med) == {"actor", "bare", "learner", "pure", "sync", "thread"}
+  for name in ("actor", "bare", "sync", "thread"):
+    assert med[name]["env_steps_per_sec"] > 0, name
+  for name in ("learner", "pure", "sync", "thread"):
+    assert med[name]["opt_steps_per_sec"] > 0, name
+  for name in ("sync", "thread"):
+    assert med[name]["samples_per_sec"] > 0
+    assert med[name]["window_s"] > 0
+    assert "update" in med[name]["stage_fractions"]
+    assert med[name]["summary_opt_steps_per_sec"] > 0
+  assert "ingest" in med["thread"]["stage_fractions"]
+
+  for key in ("actor_over_bare", "learner_over_pure"):
+    assert math.isfinite(result["ratios"][key]) and result["ratios"][key] > 0
+  assert set(result["overlap_efficiency"]) == {"sync", "thread"}
+  assert all(v > 0 for v in result["overlap_efficiency"].values())
+
+  assert all(len(runs) == 1 for runs in result["repeats"].values())
+  assert result["config"]["args"]["duration"] == 1
+  assert result["config"]["agent"]["batch_size"] == 128
+  assert result["machine"]["cpu_count"] >= 1 and result["machine"]["jax_backend"]
+  assert result["solve"] == {}
