@@ -116,8 +116,13 @@ class RunState:
   def save(self, name: str, counters: dict) -> None:
     if self.model_dir is None:
       return
+    # numpy RNG states (replay sampling, and exploration where the caller passes it) go in
+    # the meta; the JAX key is part of the agent state.
+    replay_rng = getattr(self.learner.replay, "_rng", None)
+    rng_states = {"replay": replay_rng.bit_generator.state} if replay_rng is not None else {}
+    rng_states.update(counters.pop("rng_states", {}))
     meta = {"opt_steps": self.learner.opt_steps, "best_eval_reward": self.best_eval_reward,
-            **counters, **self.extra_meta}
+            "rng_states": rng_states, **counters, **self.extra_meta}
     save_checkpoint(self.model_dir / name, self.learner.state, meta)
 
   def on_eval(self, reward: float, opt_steps: int, env_steps: int, params_version: int,
@@ -248,10 +253,12 @@ class Trainer:
               "epsilon": agent.epsilon(self.env_steps), **learner.metrics()})
           last = (now, self.env_steps, opt, self.replay.added_total)
         if save_t(opt):
-          run.save(str(opt), {"env_steps": self.env_steps})
+          run.save(str(opt), {"env_steps": self.env_steps,
+                              "rng_states": {"exploration": rng.bit_generator.state}})
     finally:
       bar.close()
-      run.save("final", {"env_steps": self.env_steps})
+      run.save("final", {"env_steps": self.env_steps,
+                         "rng_states": {"exploration": rng.bit_generator.state}})
       summary = run.summary(self.replay.added_total, self.env_steps, {"mode": "sync"})
       run.write_summary(summary)
       self.env.close()

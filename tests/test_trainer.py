@@ -170,3 +170,15 @@ def test_dqn_solves_cartpole(tmp_path, cartpole_spaces):
   assert summary["best_eval_reward"] >= 475, summary["evals"]
   assert summary["solved_at"] is not None
   assert summary["opt_steps"] < 40_000  # stopped early on reaching the target
+
+
+def test_checkpoint_meta_holds_numpy_rng_states(short_run):
+  trainer, _, _, model_dir = short_run
+  template = trainer.agent.init(jax.random.PRNGKey(42))
+  _, meta = restore_checkpoint(model_dir / "final", template)
+  assert set(meta["rng_states"]) == {"replay", "exploration"}
+  # The saved replay generator state continues the buffer's own stream exactly.
+  g = np.random.default_rng()
+  g.bit_generator.state = meta["rng_states"]["replay"]
+  expected = g.integers(0, len(trainer.replay), size=16)
+  np.testing.assert_array_equal(trainer.replay.sample_indices(16), expected)
