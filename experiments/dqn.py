@@ -26,12 +26,11 @@ import jaxasync as ja
 def default_mode() -> str:
   """The arrangement measured fastest to a solved CartPole (README, 'Choosing a mode').
 
-  With an accelerator the learner leaves the CPU cores to actors: async with process actors
-  (H100: 20 s vs 53 s for sync). On CPU only, the learner is the bottleneck and async solved
-  no sooner than sync on 2 cores (13 s vs 3-16 s), so sync.
+  With >= 2 cores an actor process runs beside the learner: async solved CartPole in
+  9.2-10.8 s against 2.7-16.0 s for sync on 2 CPU cores, and in 20 s against 53 s on an
+  H100. With one core there is nothing to overlap, so sync.
   """
-  import jax
-  return "async" if jax.default_backend() != "cpu" and (os.cpu_count() or 1) >= 2 else "sync"
+  return "async" if (os.cpu_count() or 1) >= 2 else "sync"
 
 
 @dataclasses.dataclass
@@ -41,7 +40,7 @@ class Args:
   eval_env_id: str | None = None
   """evaluation env id (defaults to --env-id)."""
   mode: Literal["auto", "sync", "async"] = "auto"
-  """'auto': async with process actors when jax has an accelerator, sync on CPU only."""
+  """'auto': async with a process actor on >= 2 cores, sync on one core."""
   seed: int = 0
   num_envs: int = 4
   """sub-envs of the (sync) training env; async uses --async.envs-per-actor."""
@@ -66,7 +65,9 @@ class Args:
   progress: bool = True
   agent: ja.DQNConfig = dataclasses.field(default_factory=ja.DQNConfig)
   async_: Annotated[ja.AsyncConfig, tyro.conf.arg(name="async")] = dataclasses.field(
-      default_factory=ja.AsyncConfig)
+      # Measured defaults: one process actor with 4 envs, and a replay ratio of 64 sampled
+      # items per inserted transition (half sync's 128) so actors cannot outrun the learner.
+      default_factory=lambda: ja.AsyncConfig(envs_per_actor=4, samples_per_insert=64.0))
 
 
 def main(args: Args) -> dict:
