@@ -15,8 +15,7 @@ import dataclasses
 import json
 import os
 import sys
-import time
-from typing import Annotated, Literal
+from typing import Annotated, Any, Callable, Literal
 
 import tyro
 
@@ -70,42 +69,51 @@ class Args:
       default_factory=lambda: ja.AsyncConfig(envs_per_actor=4, samples_per_insert=64.0))
 
 
-def main(args: Args) -> dict:
+def trainer_config(args: Args) -> ja.TrainerConfig:
+  """The loop's settings: every ``Args`` field that ``TrainerConfig`` has, plus the logdir."""
+  names = {f.name for f in dataclasses.fields(ja.TrainerConfig)} - {"model_dir"}
+  return ja.TrainerConfig(model_dir=args.logdir,
+                          **{n: getattr(args, n) for n in names if hasattr(args, n)})
+
+
+def run(args: Args, title: str, make_replay: Callable[[ja.DQN], Any] | None = None) -> dict:
+  """Builds envs, agent and recorders from ``args`` and trains sync or async; prints where
+  everything went. ``make_replay(agent)`` may return a replay to use instead of a uniform one."""
   mode = default_mode() if args.mode == "auto" else args.mode
+  ja.check_env_id(args.env_id)
+  ja.check_env_id(args.eval_env_id or args.env_id)
   env = ja.EnvFactory(args.env_id)
   eval_env = ja.EnvFactory(args.eval_env_id or args.env_id)
-  config = ja.TrainerConfig(
-      max_opts=args.max_opts, max_env_steps=args.max_env_steps, duration=args.duration,
-      target_eval_reward=args.target_eval_reward, warmup_period=args.warmup_period,
-      opt_interval=args.opt_interval, updates_per_call=args.updates_per_call,
-      eval_interval=args.eval_interval, record_interval=args.record_interval,
-      save_interval=args.save_interval, eval_episodes=args.eval_episodes,
-      num_envs=args.num_envs, n_step=args.n_step, gamma=args.gamma,
-      replay_capacity=args.replay_capacity, seed=args.seed, model_dir=args.logdir,
-      progress=args.progress)
-  ja.check_env_id(args.env_id)
-  ja.check_env_id(eval_env.env_id)
+  config = trainer_config(args)
+  obs_space, action_space = ja.envs.spaces_of(env)
+  agent = ja.DQN(args.agent, obs_space, action_space, args.env_id)
+  replay = make_replay(agent) if make_replay is not None else None
   recorder = ja.MultiRecorder(
       ja.TensorboardRecorder(args.logdir),
       ja.ConsoleRecorder(("env_steps", "opt_steps", "samples_per_sec", "opt_steps_per_sec",
                           "loss", "eval_reward")) if not args.progress else ja.NullRecorder())
-  print(f"jaxasync DQN on {args.env_id}: mode={mode}"
-        + (f" ({args.async_.num_actors} {args.async_.actor_mode} actor(s) x "
-           f"{args.async_.envs_per_actor} envs)" if mode == "async" else f" ({args.num_envs} envs)")
+  ac = args.async_
+  print(f"jaxasync {title} on {args.env_id}: mode={mode}"
+        + (f" ({ac.num_actors} {ac.actor_mode} actor(s) x {ac.envs_per_actor} envs)"
+           if mode == "async" else f" ({args.num_envs} envs)")
         + f", logs and checkpoints in {os.path.abspath(args.logdir)}", flush=True)
   if mode == "sync":
-    obs_space, action_space = ja.envs.spaces_of(env)
-    agent = ja.DQN(args.agent, obs_space, action_space, args.env_id)
-    summary = ja.Trainer(agent, env, config, recorder, eval_env).train()
+    summary = ja.Trainer(agent, env, config, recorder, eval_env, replay=replay).train()
   else:
-    summary, _ = ja.train_async(ja.DQN, args.agent, env, config, args.async_, recorder, eval_env)
-  shown = {k: summary[k] for k in ("samples_total", "opt_steps", "wall_s", "samples_per_sec",
-                                   "opt_steps_per_sec", "best_eval_reward", "final_eval_reward")}
+    summary, _ = ja.train_async(ja.DQN, args.agent, env, config, ac, recorder, eval_env,
+                                replay=replay)
+  shown = {k: summary[k] for k in ("samples_total", "env_steps", "opt_steps", "wall_s",
+                                   "samples_per_sec", "opt_steps_per_sec", "best_eval_reward",
+                                   "final_eval_reward", "solved_at")}
   print(json.dumps(shown, indent=1, default=float))
-  print(f"summary: {os.path.join(os.path.abspath(args.logdir), 'summary.json')}; "
-        f"best model: {os.path.join(os.path.abspath(args.logdir), 'best')}; "
-        f"TensorBoard: tensorboard --logdir {args.logdir}")
+  logdir = os.path.abspath(args.logdir)
+  print(f"summary: {os.path.join(logdir, 'summary.json')}; best model: "
+        f"{os.path.join(logdir, 'best')}; TensorBoard: tensorboard --logdir {args.logdir}")
   return summary
+
+
+def main(args: Args) -> dict:
+  return run(args, "DQN")
 
 
 if __name__ == "__main__":

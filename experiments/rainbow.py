@@ -20,8 +20,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
-import json
-import os
 import sys
 from pathlib import Path
 from typing import Annotated, Literal
@@ -128,18 +126,6 @@ def make_replay(args: Args, agent: ja.DQN):
       seed=args.seed, alpha=args.priority_alpha, beta=args.priority_beta)
 
 
-def trainer_config(args: Args) -> ja.TrainerConfig:
-  return ja.TrainerConfig(
-      max_opts=args.max_opts, max_env_steps=args.max_env_steps, duration=args.duration,
-      target_eval_reward=args.target_eval_reward, warmup_period=args.warmup_period,
-      opt_interval=args.opt_interval, updates_per_call=args.updates_per_call,
-      eval_interval=args.eval_interval, record_interval=args.record_interval,
-      save_interval=args.save_interval, eval_episodes=args.eval_episodes,
-      num_envs=args.num_envs, n_step=args.n_step, gamma=args.gamma,
-      replay_capacity=args.replay_capacity, seed=args.seed, model_dir=args.logdir,
-      progress=args.progress)
-
-
 def components(args: Args) -> str:
   a = args.agent
   on = {"double-q": a.double_q, "prioritized": args.prioritized, "dueling": a.dueling,
@@ -155,37 +141,8 @@ def main(args: Args) -> dict:
         "in jaxasync yet (frame skip, 84x84 grayscale, 4-frame stack, episodic life, no-op "
         "starts). Pass a non-Atari --env-id (e.g. --env-id CartPole-v1) to use these settings "
         "on it.")
-  mode = default_mode() if args.mode == "auto" else args.mode
-  env = ja.EnvFactory(args.env_id)
-  eval_env = ja.EnvFactory(args.eval_env_id or args.env_id)
-  config = trainer_config(args)
-  ja.check_env_id(args.env_id)
-  ja.check_env_id(eval_env.env_id)
-  obs_space, action_space = ja.envs.spaces_of(env)
-  agent = ja.DQN(args.agent, obs_space, action_space, args.env_id)
-  replay = make_replay(args, agent)
-  recorder = ja.MultiRecorder(
-      ja.TensorboardRecorder(args.logdir),
-      ja.ConsoleRecorder(("env_steps", "opt_steps", "samples_per_sec", "opt_steps_per_sec",
-                          "loss", "eval_reward")) if not args.progress else ja.NullRecorder())
-  print(f"jaxasync Rainbow ({components(args)}) on {args.env_id}, preset {args.preset}: "
-        f"mode={mode}"
-        + (f" ({args.async_.num_actors} {args.async_.actor_mode} actor(s) x "
-           f"{args.async_.envs_per_actor} envs)" if mode == "async" else f" ({args.num_envs} envs)")
-        + f", logs and checkpoints in {os.path.abspath(args.logdir)}", flush=True)
-  if mode == "sync":
-    summary = ja.Trainer(agent, env, config, recorder, eval_env, replay=replay).train()
-  else:
-    summary, _ = ja.train_async(ja.DQN, args.agent, env, config, args.async_, recorder, eval_env,
-                                replay=replay)
-  shown = {k: summary[k] for k in ("samples_total", "env_steps", "opt_steps", "wall_s",
-                                   "samples_per_sec", "opt_steps_per_sec", "best_eval_reward",
-                                   "final_eval_reward", "solved_at")}
-  print(json.dumps(shown, indent=1, default=float))
-  print(f"summary: {os.path.join(os.path.abspath(args.logdir), 'summary.json')}; "
-        f"best model: {os.path.join(os.path.abspath(args.logdir), 'best')}; "
-        f"TensorBoard: tensorboard --logdir {args.logdir}")
-  return summary
+  return dqn_experiment.run(args, f"Rainbow ({components(args)}), preset {args.preset}",
+                            make_replay=lambda agent: make_replay(args, agent))
 
 
 if __name__ == "__main__":

@@ -75,7 +75,7 @@ def run_actor(actor_id: int, agent_factory: Callable[[], Any], env_factory: Call
 
 def _actor_loop(actor_id, agent_factory, env_factory, config: ActorConfig, transport,
                 param_store, stop, shared: ActorShared, env_init_lock) -> None:
-  from jaxasync.evaluator import to_cpu  # noqa: imported in the actor's own process
+  from jaxasync.evaluator import to_cpu  # imported here: runs in the actor's own process
   from jaxasync.step_processor import StepProcessor
   from jaxasync.transport import Chunk
 

@@ -227,7 +227,6 @@ class AsyncTrainer:
     self._lags: list[int] = []
     self._returns: list[float] = []
     self.times = {"ingest": 0.0, "sample": 0.0, "update": 0.0, "publish": 0.0, "wait": 0.0}
-    self.interrupted = False
     self.actor_stats: list[ActorStats] = []
 
   # --- pieces of the loop ----------------------------------------------------
@@ -281,13 +280,6 @@ class AsyncTrainer:
     self.param_store.publish(self.learner.model_info())
     self.times["publish"] += time.perf_counter() - t0
 
-  def _done(self) -> bool:
-    c, run = self.config, self.run_state
-    return (self.learner.opt_steps >= c.max_opts
-            or (c.max_env_steps is not None and self.env_steps >= c.max_env_steps)
-            or (c.duration is not None and time.perf_counter() - run.start >= c.duration)
-            or run.solved_at is not None)
-
   def _record(self, opt: int, last: tuple) -> tuple:
     now = time.perf_counter()
     dt = max(1e-9, now - last[0])
@@ -335,53 +327,55 @@ class AsyncTrainer:
     last = (self._train_start, 0, 0, 0)
     last_check = 0.0
     error: BaseException | None = None
-    try:
-      while not self._done():
-        self._ingest()
-        now = time.perf_counter()
-        if now - last_check > 0.1:
-          self.manager.check()
-          if eval_worker.error is not None:
-            raise eval_worker.error
-          last_check = now
-        if not self._can_update():
-          self._wait_for_data()
-          continue
-        learner.step()
-        opt = learner.opt_steps
-        if sync_t(opt):
-          self._publish()
-        bar.update(opt - bar.n)
-        if eval_t(opt):
-          eval_worker.submit(opt, self.env_steps, _host_copy(learner.policy_params()),
-                             _host_copy(learner.state) if c.model_dir else None)
-        if record_t(opt):
-          last = self._record(opt, last)
-          if run.evals:
-            bar.set_postfix(eval_reward=f"{run.final_eval_reward:.1f}",
-                            best=f"{run.best_eval_reward:.1f}")
-        if save_t(opt):
-          run.save(str(opt), {"env_steps": self.env_steps})
-    except KeyboardInterrupt:
-      self.interrupted = True
-    except BaseException as e:
-      error = e
-    finally:
-      bar.close()
-      if error is None:
-        self._publish()  # actors end on the final params
-      self.actor_stats = self.manager.stop_and_join()
-      self.transport.close()
-      eval_worker.close(wait_pending=error is None and not self.interrupted)
+    forced = False
+    with run.stop_on_sigint():
       try:
-        run.save("final", {"env_steps": self.env_steps})
-      except Exception as save_error:  # never mask the error that ended the run
-        error = error or save_error
-      summary = self.summary()
-      run.write_summary(summary)
-      self.recorder.close()
-      if saved_affinity is not None:
-        os.sched_setaffinity(0, saved_affinity)
+        while not run.should_stop(self.env_steps):
+          self._ingest()
+          now = time.perf_counter()
+          if now - last_check > 0.1:
+            self.manager.check()
+            if eval_worker.error is not None:
+              raise eval_worker.error
+            last_check = now
+          if not self._can_update():
+            self._wait_for_data()
+            continue
+          learner.step()
+          opt = learner.opt_steps
+          if sync_t(opt):
+            self._publish()
+          bar.update(opt - bar.n)
+          if eval_t(opt):
+            eval_worker.submit(opt, self.env_steps, _host_copy(learner.policy_params()),
+                               _host_copy(learner.state) if c.model_dir else None)
+          if record_t(opt):
+            last = self._record(opt, last)
+            if run.evals:
+              bar.set_postfix(eval_reward=f"{run.final_eval_reward:.1f}",
+                              best=f"{run.best_eval_reward:.1f}")
+          if save_t(opt):
+            run.save(str(opt), {"env_steps": self.env_steps})
+      except KeyboardInterrupt:  # outside the main thread, or a second Ctrl-C
+        run.interrupted = forced = True
+      except BaseException as e:
+        error = e
+      finally:
+        bar.close()
+        if error is None and not forced:  # (a forced stop may have lost the state mid-update)
+          self._publish()  # actors end on the final params
+        self.actor_stats = self.manager.stop_and_join()
+        self.transport.close()
+        eval_worker.close(wait_pending=error is None and not run.interrupted)
+        try:
+          run.save("final", {"env_steps": self.env_steps})
+        except Exception as save_error:  # never mask the error that ended the run
+          error = error or save_error
+        summary = self.summary()
+        run.write_summary(summary)
+        self.recorder.close()
+        if saved_affinity is not None:
+          os.sched_setaffinity(0, saved_affinity)
     if error is not None:
       raise error
     return summary
@@ -390,7 +384,6 @@ class AsyncTrainer:
     wall = time.perf_counter() - self.run_state.start
     return self.run_state.summary(self.inserted, self.env_steps, {
         "mode": f"async-{self.async_config.actor_mode}",
-        "interrupted": self.interrupted,
         "chunks_ingested": self.chunks_ingested,
         "dropped_chunks": self.transport.dropped,
         "actor_restarts": sum(self.manager.restarts),

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import signal
+import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -112,6 +114,42 @@ class RunState:
     self.extra_meta = extra_meta or {}
     self.start = time.perf_counter()
     self.model_dir = Path(config.model_dir) if config.model_dir else None
+    self._stop_at = float("inf")
+    self.interrupted = False
+
+  def request_stop(self, after_s: float = 0.0) -> None:
+    """Ends the run ``after_s`` seconds from now (thread-safe: a float assignment)."""
+    self._stop_at = time.perf_counter() + after_s
+
+  @contextlib.contextmanager
+  def stop_on_sigint(self):
+    """Within it, a first Ctrl-C ends the run after the update in flight (so the learner's
+    donated state is never lost mid-swap) and the trainer saves ``final`` and the summary as
+    usual; a second Ctrl-C raises ``KeyboardInterrupt``. Only in the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+      yield
+      return
+
+    def on_sigint(signum, frame):
+      if self.interrupted:
+        raise KeyboardInterrupt
+      self.interrupted = True
+      self.request_stop()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+      yield
+    finally:
+      signal.signal(signal.SIGINT, previous)
+
+  def should_stop(self, env_steps: int) -> bool:
+    """``max_opts``, ``max_env_steps``, ``duration``, ``target_eval_reward`` or a requested stop."""
+    c = self.config
+    return (self.learner.opt_steps >= c.max_opts
+            or time.perf_counter() >= self._stop_at
+            or (c.max_env_steps is not None and env_steps >= c.max_env_steps)
+            or (c.duration is not None and time.perf_counter() - self.start >= c.duration)
+            or self.solved_at is not None)
 
   def save(self, name: str, counters: dict) -> None:
     if self.model_dir is None:
@@ -154,7 +192,7 @@ class RunState:
         "samples_per_opt_steps": samples_total / opt if opt else float("nan"),
         "best_eval_reward": float(self.best_eval_reward),
         "final_eval_reward": float(self.final_eval_reward),
-        "solved_at": self.solved_at, "evals": self.evals,
+        "solved_at": self.solved_at, "evals": self.evals, "interrupted": self.interrupted,
     }
     out.update(extra or {})
     return out
@@ -217,57 +255,51 @@ class Trainer:
     credit = 0.0
     last = (time.perf_counter(), 0, 0, 0)  # time, env_steps, opt_steps, samples at the last record
     bar = progress_bar(c.max_opts, c.progress)
-    try:
-      while not self._done():
-        actions = agent.act(actor_params, proc.obs, agent.epsilon(self.env_steps), rng)
-        next_obs, reward, terminated, truncated, _ = self.env.step(actions)
-        self.replay.add(proc.step(actions, reward, next_obs, terminated, truncated))
-        self.env_steps += c.num_envs
-        if self.env_steps < c.warmup_period or not learner.ready():
-          continue
-        credit += c.num_envs / c.opt_interval
-        stepped = False
-        while credit >= c.updates_per_call and learner.opt_steps < c.max_opts:
-          credit -= learner.step()
-          stepped = True
-        if not stepped:
-          continue
-        actor_params = to_cpu(learner.policy_params())
-        bar.update(learner.opt_steps - bar.n)
-        opt = learner.opt_steps
-        if eval_t(opt):
-          reward = self.evaluator.evaluate(learner.policy_params())
-          run.on_eval(reward, opt, self.env_steps, opt)
-          bar.set_postfix(eval_reward=f"{reward:.1f}", best=f"{run.best_eval_reward:.1f}")
-        if record_t(opt):
-          now = time.perf_counter()
-          dt = now - last[0]
-          fps = (self.env_steps - last[1]) / dt
-          osps = (opt - last[2]) / dt
-          sps = (self.replay.added_total - last[3]) / dt
-          self.recorder.record(opt, {
-              "env_steps": self.env_steps, "opt_steps": opt, "fps": fps,
-              "samples_total": self.replay.added_total, "samples_per_sec": sps,
-              "opt_steps_per_sec": osps,
-              "samples_per_opt_steps": self.replay.added_total / opt,
-              "epsilon": agent.epsilon(self.env_steps), **learner.metrics()})
-          last = (now, self.env_steps, opt, self.replay.added_total)
-        if save_t(opt):
-          run.save(str(opt), {"env_steps": self.env_steps,
-                              "rng_states": {"exploration": rng.bit_generator.state}})
-    finally:
-      bar.close()
-      run.save("final", {"env_steps": self.env_steps,
-                         "rng_states": {"exploration": rng.bit_generator.state}})
-      summary = run.summary(self.replay.added_total, self.env_steps, {"mode": "sync"})
-      run.write_summary(summary)
-      self.env.close()
-      self.evaluator.close()
+    with run.stop_on_sigint():
+      try:
+        while not run.should_stop(self.env_steps):
+          actions = agent.act(actor_params, proc.obs, agent.epsilon(self.env_steps), rng)
+          next_obs, reward, terminated, truncated, _ = self.env.step(actions)
+          self.replay.add(proc.step(actions, reward, next_obs, terminated, truncated))
+          self.env_steps += c.num_envs
+          if self.env_steps < c.warmup_period or not learner.ready():
+            continue
+          credit += c.num_envs / c.opt_interval
+          stepped = False
+          while credit >= c.updates_per_call and learner.opt_steps < c.max_opts:
+            credit -= learner.step()
+            stepped = True
+          if not stepped:
+            continue
+          actor_params = to_cpu(learner.policy_params())
+          bar.update(learner.opt_steps - bar.n)
+          opt = learner.opt_steps
+          if eval_t(opt):
+            reward = self.evaluator.evaluate(learner.policy_params())
+            run.on_eval(reward, opt, self.env_steps, opt)
+            bar.set_postfix(eval_reward=f"{reward:.1f}", best=f"{run.best_eval_reward:.1f}")
+          if record_t(opt):
+            now = time.perf_counter()
+            dt = now - last[0]
+            fps = (self.env_steps - last[1]) / dt
+            osps = (opt - last[2]) / dt
+            sps = (self.replay.added_total - last[3]) / dt
+            self.recorder.record(opt, {
+                "env_steps": self.env_steps, "opt_steps": opt, "fps": fps,
+                "samples_total": self.replay.added_total, "samples_per_sec": sps,
+                "opt_steps_per_sec": osps,
+                "samples_per_opt_steps": self.replay.added_total / opt,
+                "epsilon": agent.epsilon(self.env_steps), **learner.metrics()})
+            last = (now, self.env_steps, opt, self.replay.added_total)
+          if save_t(opt):
+            run.save(str(opt), {"env_steps": self.env_steps,
+                                "rng_states": {"exploration": rng.bit_generator.state}})
+      finally:
+        bar.close()
+        run.save("final", {"env_steps": self.env_steps,
+                           "rng_states": {"exploration": rng.bit_generator.state}})
+        summary = run.summary(self.replay.added_total, self.env_steps, {"mode": "sync"})
+        run.write_summary(summary)
+        self.env.close()
+        self.evaluator.close()
     return summary
-
-  def _done(self) -> bool:
-    c, run = self.config, self.run_state
-    return (self.learner.opt_steps >= c.max_opts
-            or (c.max_env_steps is not None and self.env_steps >= c.max_env_steps)
-            or (c.duration is not None and time.perf_counter() - run.start >= c.duration)
-            or run.solved_at is not None)

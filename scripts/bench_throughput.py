@@ -228,10 +228,8 @@ class WindowRecorder:
 
   The first record marks "learning has started" (first update call done, so compiled; for async,
   actors are up and delivered warmup_period env steps). ``attach`` lets the recorder end the run
-  right after the measured window [first + warmup, first + warmup + duration]: it shortens the
-  trainer's ``config.duration``, which both trainers re-read in their stop test (no public stop
-  hook exists). Should that stop working, the run lasts the long initial duration and the window
-  is still cut from the records.
+  right after the measured window [first + warmup, first + warmup + duration], through the
+  trainer's ``run_state.request_stop``.
   """
 
   def __init__(self, warmup: float, duration: float):
@@ -252,9 +250,7 @@ class WindowRecorder:
                         "policy_lag": values.get("policy_lag_mean", 0.0),
                         "stages": dict(self.stage_times())})
     if len(self.points) == 1 and self.trainer is not None:
-      t = self.trainer
-      end = now + self.warmup + self.duration + 0.01
-      t.config = dataclasses.replace(t.config, duration=end - t.run_state.start)
+      self.trainer.run_state.request_stop(after_s=self.warmup + self.duration + 0.01)
 
   def close(self) -> None:
     pass

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 import signal
 import subprocess
 import sys
@@ -148,10 +147,11 @@ def test_apex_ladder():
   assert ja.apex_epsilons(1, 0.3).tolist() == [0.3]
 
 
-def test_sigint_stops_saves_and_returns(tmp_path):
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_sigint_stops_saves_and_returns(tmp_path, mode):
   logdir = tmp_path / "run"
   proc = subprocess.Popen(
-      [sys.executable, "experiments/dqn.py", "--mode", "async", "--logdir", str(logdir),
+      [sys.executable, "experiments/dqn.py", "--mode", mode, "--logdir", str(logdir),
        "--no-progress", "--max-opts", "1000000", "--eval-interval", "500"],
       cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
   deadline = time.monotonic() + 90

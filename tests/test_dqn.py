@@ -10,28 +10,12 @@ import rlax
 
 from jaxasync import ConfigError, DQN, DQNConfig, Transition, linear_epsilon
 
-BOX4 = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
+from helpers import BOX4, host as _host, random_batch as _random_batch
 
 
 def _agent(num_actions=2, **config):
   config.setdefault("hidden_sizes", (4,))
   return DQN(DQNConfig(**config), BOX4, gym.spaces.Discrete(num_actions))
-
-
-def _random_batch(rng, shape, num_actions=2):
-  """A batch with leading axes ``shape`` (e.g. ``(B,)`` or ``(k, B)``), replay dtypes."""
-  return Transition(
-      obs=rng.normal(size=shape + (4,)).astype(np.float32),
-      action=rng.integers(0, num_actions, size=shape).astype(np.int64),
-      reward=rng.normal(size=shape).astype(np.float32),
-      discount=rng.choice([0.0, 0.99], size=shape).astype(np.float32),
-      next_obs=rng.normal(size=shape + (4,)).astype(np.float32),
-  )
-
-
-def _host(tree):
-  """A host copy (the jitted update donates its input state)."""
-  return jax.tree.map(np.array, jax.device_get(tree))
 
 
 def _params(head_kernel):

@@ -12,30 +12,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxasync import ConfigError, DQN, DQNConfig, Transition, restore_checkpoint, save_checkpoint
+from jaxasync import ConfigError, DQN, DQNConfig, restore_checkpoint, save_checkpoint
 from jaxasync.networks import NoisyDense, QNetwork, factorized_noise, factorized_noise_scale
 
-BOX4 = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
+from helpers import BOX4, host as _host, random_batch as _random_batch
 
 
 def _agent(num_actions=2, **config):
   config.setdefault("hidden_sizes", (8,))
   config.setdefault("noisy", True)
   return DQN(DQNConfig(**config), BOX4, gym.spaces.Discrete(num_actions))
-
-
-def _random_batch(rng, shape, num_actions=2):
-  return Transition(
-      obs=rng.normal(size=shape + (4,)).astype(np.float32),
-      action=rng.integers(0, num_actions, size=shape).astype(np.int64),
-      reward=rng.normal(size=shape).astype(np.float32),
-      discount=rng.choice([0.0, 0.99], size=shape).astype(np.float32),
-      next_obs=rng.normal(size=shape + (4,)).astype(np.float32),
-  )
-
-
-def _host(tree):
-  return jax.tree.map(np.array, jax.device_get(tree))
 
 
 # --- NoisyDense ------------------------------------------------------------------

@@ -7,7 +7,6 @@ import jax
 import numpy as np
 import pytest
 
-import jaxasync
 from jaxasync import (ConfigError, DQN, DQNConfig, EnvFactory, MemoryRecorder, Trainer,
                       TrainerConfig, restore_checkpoint)
 from jaxasync.envs import spaces_of
@@ -182,3 +181,13 @@ def test_checkpoint_meta_holds_numpy_rng_states(short_run):
   g.bit_generator.state = meta["rng_states"]["replay"]
   expected = g.integers(0, len(trainer.replay), size=16)
   np.testing.assert_array_equal(trainer.replay.sample_indices(16), expected)
+
+
+def test_request_stop_ends_a_run(cartpole_spaces):
+  agent = _dqn(cartpole_spaces, hidden_sizes=(16,), batch_size=32)
+  config = TrainerConfig(max_opts=10**9, eval_interval=0, warmup_period=64, num_envs=2,
+                         progress=False)
+  trainer = Trainer(agent, CARTPOLE, config)
+  trainer.run_state.request_stop(after_s=1.0)
+  summary = trainer.train()
+  assert 0 < summary["opt_steps"] < 10**9 and summary["wall_s"] < 10

@@ -19,7 +19,6 @@ into independent keys for online(obs), online(next_obs) and target(next_obs), an
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, Sequence
 
 import chex

@@ -1,0 +1,25 @@
+"""Shared test fixtures for the agent tests: a Box(4) space and random replay-like batches."""
+
+import gymnasium as gym
+import jax
+import numpy as np
+
+from jaxasync import Transition
+
+BOX4 = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
+
+
+def random_batch(rng, shape, num_actions=2):
+  """A batch with leading axes ``shape`` (e.g. ``(B,)`` or ``(k, B)``), replay dtypes."""
+  return Transition(
+      obs=rng.normal(size=shape + (4,)).astype(np.float32),
+      action=rng.integers(0, num_actions, size=shape).astype(np.int64),
+      reward=rng.normal(size=shape).astype(np.float32),
+      discount=rng.choice([0.0, 0.99], size=shape).astype(np.float32),
+      next_obs=rng.normal(size=shape + (4,)).astype(np.float32),
+  )
+
+
+def host(tree):
+  """A host copy (the jitted update donates its input state)."""
+  return jax.tree.map(np.array, jax.device_get(tree))
