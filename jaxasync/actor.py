@@ -40,6 +40,7 @@ class ActorConfig:
       env steps (this actor's steps times ``num_actors``).
     num_actors: actors in the run (for the schedule estimate).
     cpu: pin the actor to this CPU core (``None``: no pinning).
+    step_processor_cls: the learner replay's ``step_processor_cls``.
   """
 
   num_envs: int = 8
@@ -50,6 +51,7 @@ class ActorConfig:
   epsilons: tuple[float, ...] | None = None
   num_actors: int = 1
   cpu: int | None = None
+  step_processor_cls: type | None = None  # the replay's; None: jaxasync.StepProcessor
 
 
 @dataclasses.dataclass
@@ -92,7 +94,8 @@ def _actor_loop(actor_id, agent_factory, env_factory, config: ActorConfig, trans
     rng = np.random.default_rng(seed)
     obs, _ = env.reset(seed=seed)
     action_example = np.asarray(env.single_action_space.sample())
-    proc = StepProcessor(config.num_envs, obs[0], action_example, config.n_step, config.gamma)
+    proc = (config.step_processor_cls or StepProcessor)(
+        config.num_envs, obs[0], action_example, config.n_step, config.gamma)
     proc.reset(obs)
     epsilons = None if config.epsilons is None else np.asarray(config.epsilons)
 

@@ -209,7 +209,8 @@ class AsyncTrainer:
         eps = tuple(ladder[i * ac.envs_per_actor:(i + 1) * ac.envs_per_actor].tolist())
       cpu = (1 + i % max(1, cores - 1)) % cores if ac.pin_cpus else None
       configs.append(ActorConfig(ac.envs_per_actor, ac.chunk_steps, config.n_step, config.gamma,
-                                 config.seed, eps, ac.num_actors, cpu))
+                                 config.seed, eps, ac.num_actors, cpu,
+                                 self.replay.step_processor_cls))
     self.manager = ActorManager(agent_factory, env_factory, configs, self.transport,
                                 self.param_store, ac.actor_mode, ac.max_restarts,
                                 ac.serialize_env_init)

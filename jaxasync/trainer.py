@@ -19,7 +19,6 @@ from jaxasync.evaluator import Evaluator, to_cpu
 from jaxasync.learner import IntervalTrigger, Learner
 from jaxasync.recorder import NullRecorder, Recorder
 from jaxasync.replay import ReplayBuffer
-from jaxasync.step_processor import StepProcessor
 from jaxasync.types import transition_example
 
 
@@ -246,8 +245,8 @@ class Trainer:
     c, agent, learner, run = self.config, self.agent, self.learner, self.run_state
     rng = np.random.default_rng(c.seed + 1)
     obs, _ = self.env.reset(seed=c.seed)
-    proc = StepProcessor(c.num_envs, obs[0], np.asarray(self.env.single_action_space.sample()),
-                         c.n_step, c.gamma)
+    proc = self.replay.step_processor_cls(
+        c.num_envs, obs[0], np.asarray(self.env.single_action_space.sample()), c.n_step, c.gamma)
     proc.reset(obs)
     eval_t, record_t, save_t = (IntervalTrigger(c.eval_interval), IntervalTrigger(c.record_interval),
                                 IntervalTrigger(c.save_interval))
