@@ -76,14 +76,17 @@ def trainer_config(args: Args) -> ja.TrainerConfig:
                           **{n: getattr(args, n) for n in names if hasattr(args, n)})
 
 
-def run(args: Args, title: str, make_replay: Callable[[ja.DQN], Any] | None = None) -> dict:
+def run(args: Args, title: str, make_replay: Callable[[ja.DQN], Any] | None = None,
+        envs: tuple[Any, Any] | None = None) -> dict:
   """Builds envs, agent and recorders from ``args`` and trains sync or async; prints where
-  everything went. ``make_replay(agent)`` may return a replay to use instead of a uniform one."""
+  everything went. ``make_replay(agent)`` may return a replay to use instead of a uniform one;
+  ``envs`` = (training, evaluation) env factories instead of ``EnvFactory(--env-id)``."""
   mode = default_mode() if args.mode == "auto" else args.mode
-  ja.check_env_id(args.env_id)
-  ja.check_env_id(args.eval_env_id or args.env_id)
-  env = ja.EnvFactory(args.env_id)
-  eval_env = ja.EnvFactory(args.eval_env_id or args.env_id)
+  if envs is None:
+    ja.check_env_id(args.env_id)
+    ja.check_env_id(args.eval_env_id or args.env_id)
+    envs = ja.EnvFactory(args.env_id), ja.EnvFactory(args.eval_env_id or args.env_id)
+  env, eval_env = envs
   config = trainer_config(args)
   obs_space, action_space = ja.envs.spaces_of(env)
   agent = ja.DQN(args.agent, obs_space, action_space, args.env_id)
@@ -93,7 +96,9 @@ def run(args: Args, title: str, make_replay: Callable[[ja.DQN], Any] | None = No
       ja.ConsoleRecorder(("env_steps", "opt_steps", "samples_per_sec", "opt_steps_per_sec",
                           "loss", "eval_reward")) if not args.progress else ja.NullRecorder())
   ac = args.async_
-  print(f"jaxasync {title} on {args.env_id}: mode={mode}"
+  replay_text = (f" ({type(replay).__name__}: {replay.bytes_per_item:.0f} bytes per transition, "
+                 f"{replay.nbytes / 2**30:.2f} GiB)" if replay is not None else "")
+  print(f"jaxasync {title} on {args.env_id}{replay_text}: mode={mode}"
         + (f" ({ac.num_actors} {ac.actor_mode} actor(s) x {ac.envs_per_actor} envs)"
            if mode == "async" else f" ({args.num_envs} envs)")
         + f", logs and checkpoints in {os.path.abspath(args.logdir)}", flush=True)
@@ -102,9 +107,12 @@ def run(args: Args, title: str, make_replay: Callable[[ja.DQN], Any] | None = No
   else:
     summary, _ = ja.train_async(ja.DQN, args.agent, env, config, ac, recorder, eval_env,
                                 replay=replay)
+  # Env frames: env steps times the env's frame skip (Atari), for comparison with other libraries.
+  summary["env_frames_per_sec"] = (summary["env_steps"] * getattr(env, "frame_skip", 1)
+                                   / summary["wall_s"])
   shown = {k: summary[k] for k in ("samples_total", "env_steps", "opt_steps", "wall_s",
-                                   "samples_per_sec", "opt_steps_per_sec", "best_eval_reward",
-                                   "final_eval_reward", "solved_at")}
+                                   "samples_per_sec", "env_frames_per_sec", "opt_steps_per_sec",
+                                   "best_eval_reward", "final_eval_reward", "solved_at")}
   print(json.dumps(shown, indent=1, default=float))
   logdir = os.path.abspath(args.logdir)
   print(f"summary: {os.path.join(logdir, 'summary.json')}; best model: "

@@ -8,7 +8,8 @@ with a flag, so ablations are one flag away:
   python experiments/rainbow.py --mode sync --seed 3 --target-eval-reward 475
   python experiments/rainbow.py --no-noisy                # epsilon-greedy instead of noisy nets
   python experiments/rainbow.py --n-step 1 --no-dueling --num-atoms 1 --no-prioritized --no-double-q
-  python experiments/rainbow.py --preset atari            # Dopamine-style Atari hyperparameters
+  python experiments/rainbow.py --preset atari            # Dopamine-style Atari (ALE/Pong-v5)
+  python experiments/rainbow.py --preset atari --env-id ALE/Breakout-v5 --atari-backend ale_vector
   python experiments/rainbow.py --preset cartpole --help  # every flag, with that preset's defaults
 
 A preset only sets defaults: any flag given after it overrides them. Logs, checkpoints and
@@ -27,6 +28,8 @@ from typing import Annotated, Literal
 import tyro
 
 import jaxasync as ja
+from jaxasync.atari import AtariEnvFactory, is_atari_id
+from jaxasync.replay.frames import FrameReplayBuffer, PrioritizedFrameReplayBuffer
 from jaxasync.types import transition_example
 
 
@@ -61,6 +64,13 @@ class Args(dqn_experiment.Args):
   priority_beta: float = 0.4
   """initial importance-sampling exponent beta, annealed to 1 over --max-opts."""
   logdir: str = "runs/rainbow"
+  atari_backend: Literal["gymnasium", "ale_vector"] = "gymnasium"
+  """Atari ids only: 'gymnasium' (AtariPreprocessing + FrameStackObservation in a
+  SyncVectorEnv) or 'ale_vector' (ale-py's native threaded vector env, same preprocessing)."""
+  episodic_life: bool = False
+  """Atari ids only: training episodes end at each life loss (evaluation plays full games)."""
+  sticky_actions: bool = True
+  """Atari ids only: repeat the previous action with probability 0.25 (the -v5 default)."""
   agent: Annotated[ja.DQNConfig, tyro.conf.OmitArgPrefixes] = dataclasses.field(
       default_factory=ja.DQNConfig)
   """the agent: --noisy/--no-noisy, --dueling/--no-dueling, --num-atoms (1: expected Q),
@@ -87,7 +97,9 @@ def atari_preset() -> Args:
 
   Env steps are agent steps (4 frames each with the usual frame skip): warmup 20k agent
   steps, one SGD step every 4 agent steps, target copy every 32k frames = 8k agent steps =
-  2k SGD steps, 50M agent steps (200M frames) = 12.5M SGD steps.
+  2k SGD steps, 50M agent steps (200M frames) = 12.5M SGD steps. Async runs keep that
+  replay ratio: 32 sampled per 4 inserted = 8 samples per insert. The replay stores each
+  frame once (``PrioritizedFrameReplayBuffer``): ~7.2 kB per transition, 7.2 GB for 1M.
   """
   agent = ja.DQNConfig(
       learning_rate=6.25e-5, adam_eps=1.5e-4, batch_size=32, double_q=True,
@@ -97,15 +109,11 @@ def atari_preset() -> Args:
               max_opts=12_500_000, warmup_period=20_000, opt_interval=4.0, updates_per_call=1,
               replay_capacity=1_000_000, eval_interval=62_500, eval_episodes=10,
               record_interval=2_500, save_interval=250_000, prioritized=True,
-              priority_alpha=0.5, priority_beta=0.4, logdir="runs/rainbow_atari", agent=agent)
+              priority_alpha=0.5, priority_beta=0.4, logdir="runs/rainbow_atari", agent=agent,
+              async_=ja.AsyncConfig(envs_per_actor=4, samples_per_insert=8.0))
 
 
 PRESETS = {"cartpole": cartpole_preset, "atari": atari_preset}
-
-
-def is_atari_id(env_id: str) -> bool:
-  env_id = env_id.split(":", 1)[-1]
-  return env_id.startswith("ALE/") or "NoFrameskip" in env_id or env_id.endswith("Deterministic-v4")
 
 
 def parse(argv: list[str] | None = None) -> Args:
@@ -118,12 +126,18 @@ def parse(argv: list[str] | None = None) -> Args:
 
 
 def make_replay(args: Args, agent: ja.DQN):
-  """A prioritized replay, or ``None`` (the trainers then build a uniform one)."""
+  """The replay: for Atari ids a frame-deduplicated one (prioritized or uniform); else a
+  prioritized one, or ``None`` (the trainers then build a uniform one)."""
+  example = transition_example(agent.obs_space, agent.action_space)
+  if is_atari_id(args.env_id):
+    if args.prioritized:
+      return PrioritizedFrameReplayBuffer(example, args.replay_capacity, seed=args.seed,
+                                          alpha=args.priority_alpha, beta=args.priority_beta)
+    return FrameReplayBuffer(example, args.replay_capacity, seed=args.seed)
   if not args.prioritized:
     return None
-  return ja.PrioritizedReplayBuffer(
-      transition_example(agent.obs_space, agent.action_space), args.replay_capacity,
-      seed=args.seed, alpha=args.priority_alpha, beta=args.priority_beta)
+  return ja.PrioritizedReplayBuffer(example, args.replay_capacity, seed=args.seed,
+                                    alpha=args.priority_alpha, beta=args.priority_beta)
 
 
 def components(args: Args) -> str:
@@ -134,15 +148,22 @@ def components(args: Args) -> str:
   return ", ".join(k for k, v in on.items() if v) or "none (plain DQN)"
 
 
+def atari_factories(args: Args) -> tuple[AtariEnvFactory, AtariEnvFactory]:
+  """Training and evaluation env factories for an Atari ``--env-id`` (evaluation: full games)."""
+  train = AtariEnvFactory(args.env_id, episodic_life=args.episodic_life,
+                          sticky_actions=args.sticky_actions, backend=args.atari_backend)
+  return train, dataclasses.replace(train, env_id=args.eval_env_id or args.env_id,
+                                    episodic_life=False)
+
+
 def main(args: Args) -> dict:
-  if is_atari_id(args.env_id) or is_atari_id(args.eval_env_id or ""):
-    raise ja.ConfigError(
-        f"--preset {args.preset} with env {args.env_id!r}: the Atari env pipeline is not built "
-        "in jaxasync yet (frame skip, 84x84 grayscale, 4-frame stack, episodic life, no-op "
-        "starts). Pass a non-Atari --env-id (e.g. --env-id CartPole-v1) to use these settings "
-        "on it.")
-  return dqn_experiment.run(args, f"Rainbow ({components(args)}), preset {args.preset}",
-                            make_replay=lambda agent: make_replay(args, agent))
+  if is_atari_id(args.eval_env_id or "") and not is_atari_id(args.env_id):
+    raise ja.ConfigError(f"--eval-env-id {args.eval_env_id!r} is an Atari id but --env-id "
+                         f"{args.env_id!r} is not; evaluate on the kind of env you train on.")
+  return dqn_experiment.run(
+      args, f"Rainbow ({components(args)}), preset {args.preset}",
+      make_replay=lambda agent: make_replay(args, agent),
+      envs=atari_factories(args) if is_atari_id(args.env_id) else None)
 
 
 if __name__ == "__main__":

@@ -19,3 +19,6 @@ from jaxasync.async_trainer import AsyncConfig, AsyncTrainer, RateLimiter, train
 from jaxasync.param_store import SharedParamStore, ThreadParamStore
 from jaxasync.replay import PrioritizedReplayBuffer, SumTree, linear_beta
 from jaxasync.transport import Chunk, ChunkQueue
+from jaxasync.inference import InferenceClient, InferenceServer
+from jaxasync.atari import AtariEnvFactory
+from jaxasync.replay.frames import FrameReplayBuffer, FrameStepProcessor, PrioritizedFrameReplayBuffer

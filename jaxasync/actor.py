@@ -14,6 +14,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from jaxasync.step_processor import make_transition
+from jaxasync.types import Transition
+
 PyTree = Any
 
 
@@ -64,19 +67,26 @@ class ActorShared:
 
 def run_actor(actor_id: int, agent_factory: Callable[[], Any], env_factory: Callable,
               config: ActorConfig, transport, param_store, stop, errors, shared: ActorShared,
-              env_init_lock=None) -> None:
-  """Runs one actor until ``stop`` is set. Exceptions go to ``errors`` with their traceback."""
+              env_init_lock=None, inference=None) -> None:
+  """Runs one actor until ``stop`` is set. Exceptions go to ``errors`` with their traceback.
+
+  With ``inference`` (an ``InferenceClient``) the actor asks the central server for the
+  network's actions instead of running its own params copy, and keeps epsilon local.
+  """
   try:
     _actor_loop(actor_id, agent_factory, env_factory, config, transport, param_store, stop,
-                shared, env_init_lock)
+                shared, env_init_lock, inference)
   except BaseException:  # reported to the manager, which restarts or fails the run
     errors.put((actor_id, traceback.format_exc()))
   finally:
     transport.release()
+    if inference is not None:
+      inference.release()
 
 
 def _actor_loop(actor_id, agent_factory, env_factory, config: ActorConfig, transport,
-                param_store, stop, shared: ActorShared, env_init_lock) -> None:
+                param_store, stop, shared: ActorShared, env_init_lock, inference) -> None:
+  from jaxasync.agents.dqn import epsilon_greedy
   from jaxasync.evaluator import to_cpu  # imported here: runs in the actor's own process
   from jaxasync.step_processor import StepProcessor
   from jaxasync.transport import Chunk
@@ -110,25 +120,38 @@ def _actor_loop(actor_id, agent_factory, env_factory, config: ActorConfig, trans
 
     pending, seq = [], 0
     steps_in_chunk, env_steps = 0, int(shared.env_steps[actor_id])
+    chunk_steps, num_envs = config.chunk_steps, config.num_envs
+    # env_steps only moves per chunk, so the schedule's epsilon is computed once a chunk.
+    eps = epsilons if epsilons is not None else agent.epsilon(env_steps * config.num_actors)
+    act, env_step, proc_step = agent.act, env.step, proc.step
+    action_dtype = env.single_action_space.dtype
     while not stop.is_set():
-      if param_store.version > version:  # adopt as soon as published
-        info = param_store.get()
-        version, params = info.version, to_cpu(info.params)
-        shared.adopted_version[actor_id] = version
-      eps = epsilons if epsilons is not None else agent.epsilon(env_steps * config.num_actors)
-      actions = agent.act(params, proc.obs, eps, rng)
-      next_obs, reward, terminated, truncated, _ = env.step(actions)
-      pending.append(proc.step(actions, reward, next_obs, terminated, truncated))
+      if inference is not None:  # SEED: the server runs the network on its device
+        answer = inference.policy_actions(proc.obs, stop)
+        if answer is None:
+          break
+        actions, version = answer
+        actions = epsilon_greedy(actions, eps, agent.num_actions, rng).astype(action_dtype)
+      else:
+        if param_store.version > version:  # adopt as soon as published
+          info = param_store.get()
+          version, params = info.version, to_cpu(info.params)
+          shared.adopted_version[actor_id] = version
+        actions = act(params, proc.obs, eps, rng)
+      next_obs, reward, terminated, truncated, _ = env_step(actions)
+      pending.append(proc_step(actions, reward, next_obs, terminated, truncated))
       steps_in_chunk += 1
-      if steps_in_chunk >= config.chunk_steps:
-        chunk = Chunk(actor_id, version, _concat(pending), steps_in_chunk * config.num_envs,
+      if steps_in_chunk >= chunk_steps:
+        chunk = Chunk(actor_id, version, _concat(pending), steps_in_chunk * num_envs,
                       tuple(proc.pop_episode_returns()), seq)
         if not transport.put(chunk, stop):
           break
         seq += 1
-        env_steps += steps_in_chunk * config.num_envs
+        env_steps += steps_in_chunk * num_envs
         shared.env_steps[actor_id] = env_steps
         pending, steps_in_chunk = [], 0
+        if epsilons is None:
+          eps = agent.epsilon(env_steps * config.num_actors)
     # The learner publishes its last params before stopping us: end on its latest version.
     if param_store.version > version:
       info = param_store.get()
@@ -139,5 +162,17 @@ def _actor_loop(actor_id, agent_factory, env_factory, config: ActorConfig, trans
 
 
 def _concat(parts: Sequence) -> Any:
+  """The step outputs of one chunk as one batch: leaf-wise ``np.concatenate`` along axis 0.
+
+  ``Transition`` outputs (jaxasync's StepProcessor) are joined field by field (~17 us for
+  16 steps of 8 envs; ``jax.tree.map`` over the chunk's chex dataclasses took ~40 us); any other
+  pytree (another replay's step processor) goes through ``jax.tree.map``.
+  """
+  if all(type(p) is Transition for p in parts):
+    cat = np.concatenate
+    return make_transition(
+        obs=cat([p.obs for p in parts]), action=cat([p.action for p in parts]),
+        reward=cat([p.reward for p in parts]), discount=cat([p.discount for p in parts]),
+        next_obs=cat([p.next_obs for p in parts]))
   import jax
   return jax.tree.map(lambda *xs: np.concatenate(xs, axis=0), *parts)

@@ -44,16 +44,18 @@ class ActorManager:
     mode: ``"thread"`` or ``"process"`` (spawn start method).
     max_restarts: restarts allowed per actor; one more failure fails the run.
     serialize_env_init: build envs one actor at a time (border's ``guard_init_env``).
+    inference: an ``InferenceServer``: actors ask it for actions instead of acting locally.
   """
 
   def __init__(self, agent_factory: Callable[[], Any], env_factory: Callable,
                configs: list[ActorConfig], transport: ChunkQueue, param_store, mode: str = "process",
-               max_restarts: int = 3, serialize_env_init: bool = False):
+               max_restarts: int = 3, serialize_env_init: bool = False, inference=None):
     if mode not in ("thread", "process"):
       raise ValueError(f"actor mode must be 'thread' or 'process', got {mode!r}.")
     self.agent_factory, self.env_factory = agent_factory, env_factory
     self.configs, self.transport, self.param_store = configs, transport, param_store
     self.mode, self.max_restarts = mode, max_restarts
+    self.inference = inference
     n = len(configs)
     if mode == "process":
       self._ctx = mp.get_context("spawn")
@@ -79,7 +81,8 @@ class ActorManager:
 
   def _spawn(self, i: int) -> None:
     args = (i, self.agent_factory, self.env_factory, self.configs[i], self.transport,
-            self.param_store, self._stop, self._errors, self.shared, self._env_lock)
+            self.param_store, self._stop, self._errors, self.shared, self._env_lock,
+            None if self.inference is None else self.inference.client(i))
     if self.mode == "thread":
       w = threading.Thread(target=run_actor, args=args, name=f"jaxasync-actor-{i}", daemon=True)
       w.start()

@@ -16,6 +16,7 @@ from jaxasync.actor import ActorConfig, apex_epsilons
 from jaxasync.actor_manager import ActorManager, ActorStats
 from jaxasync.envs import ConfigError, EnvFactory
 from jaxasync.evaluator import Evaluator
+from jaxasync.inference import InferenceServer
 from jaxasync.learner import IntervalTrigger, Learner
 from jaxasync.param_store import SharedParamStore, ThreadParamStore
 from jaxasync.recorder import NullRecorder, Recorder
@@ -49,6 +50,12 @@ class AsyncConfig:
     max_restarts: restarts allowed per actor.
     pin_cpus: pin the learner to core 0 and actor ``i`` to core ``1 + i mod (cores - 1)``.
     serialize_env_init: build actors' envs one at a time (border's ``guard_init_env``).
+    inference_servers: ``0``: each actor runs its policy copy on its CPU. ``>= 1``: SEED-style
+      central inference, that many ``InferenceServer`` threads in the learner's process batch
+      the actors' observations (see ``jaxasync.inference``).
+    inference_batchsize: actors' requests per inference batch at most.
+    inference_delay: seconds a server waits for more requests after the first.
+    inference_device: ``"default"`` (the accelerator when there is one) or ``"cpu"``.
   """
 
   num_actors: int = 1
@@ -67,6 +74,10 @@ class AsyncConfig:
   max_restarts: int = 3
   pin_cpus: bool = False
   serialize_env_init: bool = False
+  inference_servers: int = 0
+  inference_batchsize: int = 4
+  inference_delay: float = 0.002
+  inference_device: str = "default"
 
   def validate(self) -> None:
     if self.actor_mode not in ("thread", "process"):
@@ -77,6 +88,11 @@ class AsyncConfig:
            self.sync_interval) < 1:
       raise ConfigError("num_actors, envs_per_actor, chunk_steps, queue_size and sync_interval "
                         "must all be >= 1.")
+    if self.inference_servers < 0 or self.inference_batchsize < 1 or self.inference_delay < 0:
+      raise ConfigError("inference_servers must be >= 0, inference_batchsize >= 1 and "
+                        "inference_delay >= 0.")
+    if self.inference_device not in ("default", "cpu"):
+      raise ConfigError(f"inference_device must be 'default' or 'cpu', got {self.inference_device!r}.")
     if self.samples_per_insert is not None and self.samples_per_insert <= 0:
       raise ConfigError(f"samples_per_insert must be > 0 or None, got {self.samples_per_insert}.")
 
@@ -211,9 +227,14 @@ class AsyncTrainer:
       configs.append(ActorConfig(ac.envs_per_actor, ac.chunk_steps, config.n_step, config.gamma,
                                  config.seed, eps, ac.num_actors, cpu,
                                  self.replay.step_processor_cls))
+    self.inference = None
+    if ac.inference_servers > 0:
+      self.inference = InferenceServer(
+          agent, self.param_store, ac.num_actors, ac.inference_batchsize, ac.inference_delay,
+          ac.inference_servers, ac.inference_device, process=process, seed=config.seed)
     self.manager = ActorManager(agent_factory, env_factory, configs, self.transport,
                                 self.param_store, ac.actor_mode, ac.max_restarts,
-                                ac.serialize_env_init)
+                                ac.serialize_env_init, self.inference)
     chunk_items = ac.chunk_steps * ac.envs_per_actor
     min_tol = config.updates_per_call * agent.config.batch_size + (
         (ac.samples_per_insert or 0.0) * chunk_items)
@@ -323,6 +344,8 @@ class AsyncTrainer:
                                         IntervalTrigger(ac.sync_interval))
     bar = progress_bar(c.max_opts, c.progress)
     self._publish()  # version 0: actors start acting with the initial params
+    if self.inference is not None:
+      self.inference.start()
     self.manager.start()
     self._train_start = time.perf_counter()
     last = (self._train_start, 0, 0, 0)
@@ -336,6 +359,8 @@ class AsyncTrainer:
           now = time.perf_counter()
           if now - last_check > 0.1:
             self.manager.check()
+            if self.inference is not None:
+              self.inference.check()
             if eval_worker.error is not None:
               raise eval_worker.error
             last_check = now
@@ -366,6 +391,8 @@ class AsyncTrainer:
         if error is None and not forced:  # (a forced stop may have lost the state mid-update)
           self._publish()  # actors end on the final params
         self.actor_stats = self.manager.stop_and_join()
+        if self.inference is not None:
+          self.inference.stop()
         self.transport.close()
         eval_worker.close(wait_pending=error is None and not run.interrupted)
         try:

@@ -6,9 +6,42 @@ The one step processor of the project: the synchronous ``Trainer`` and every
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from jaxasync.types import Transition
+
+_FIELDS = ("obs", "action", "reward", "discount", "next_obs")
+
+
+def _fast_transition_ok() -> bool:
+  """Whether ``make_transition`` may fill ``__dict__`` directly: what chex's frozen dataclass
+  ``__init__`` (~3 us, a sizeable part of one ``step``) ends up doing, for these plain fields."""
+  if (tuple(f.name for f in dataclasses.fields(Transition)) != _FIELDS
+      or hasattr(Transition, "__post_init__")):
+    return False
+  leaves = [np.full(1, i) for i in range(5)]
+  slow = Transition(**dict(zip(_FIELDS, leaves)))
+  if not hasattr(slow, "__dict__"):
+    return False
+  fast = Transition.__new__(Transition)
+  fast.__dict__.update(zip(_FIELDS, leaves))
+  same = lambda d: [(k, id(v)) for k, v in d.items()]
+  return same(fast.__dict__) == same(slow.__dict__) and list(fast.keys()) == list(slow.keys())
+
+
+if _fast_transition_ok():
+  def make_transition(obs, action, reward, discount, next_obs) -> Transition:
+    """``Transition(obs=..., ...)`` without the dataclass constructor's overhead."""
+    t = Transition.__new__(Transition)
+    t.__dict__.update(obs=obs, action=action, reward=reward, discount=discount, next_obs=next_obs)
+    return t
+else:  # pragma: no cover - a chex version whose dataclasses are laid out differently
+  def make_transition(obs, action, reward, discount, next_obs) -> Transition:
+    """``Transition(obs=..., ...)``."""
+    return Transition(obs=obs, action=action, reward=reward, discount=discount,
+                      next_obs=next_obs)
 
 
 class StepProcessor:
@@ -46,6 +79,7 @@ class StepProcessor:
     obs_example = np.asarray(obs_example)
     action_example = np.asarray(action_example)
     self.num_envs, self.n, self.gamma = num_envs, n_step, gamma
+    self._obs_dtype, self._act_dtype = obs_example.dtype, action_example.dtype
     self._obs = np.zeros((n_step, num_envs) + obs_example.shape, obs_example.dtype)
     self._act = np.zeros((n_step, num_envs) + action_example.shape, action_example.dtype)
     self._rew = np.zeros((n_step, num_envs), np.float64)
@@ -53,15 +87,30 @@ class StepProcessor:
     self._t = 0  # ring position of the next step
     self._current_obs: np.ndarray | None = None
     self._autoreset = np.zeros(num_envs, bool)  # next step is an autoreset step
+    self._any_autoreset = False  # self._autoreset.any()
     self._powers = gamma ** np.arange(n_step + 1, dtype=np.float64)
+    self._powers32 = self._powers.astype(np.float32)
     self._ep_return = np.zeros(num_envs, np.float64)
     self._finished_returns: list[float] = []
+    # Precomputed for the per-step work. Rows j = 0..n-1 of the general path are the
+    # pending entries from oldest (started k = n - 1 - j steps ago) to newest.
+    j = np.arange(n_step)
+    self._k_of_j = (n_step - 1 - j)[:, None]
+    self._oldest_row = (j == 0)[:, None]
+    self._slot_of_j = [(s - (n_step - 1 - j)) % n_step for s in range(n_step)]  # by t % n
+    self._discount_of_j = self._powers32[n_step - j]  # gamma^(k + 1)
+    self._full_discounts = np.full(num_envs, self._powers32[n_step], np.float32)
+    self._discount_table = np.array([gamma, 0.0], np.float32)  # by terminated: n = 1
+    self._empty = make_transition(
+        obs=self._obs[:0, 0], action=self._act[:0, 0], reward=np.zeros(0, np.float32),
+        discount=np.zeros(0, np.float32), next_obs=self._obs[:0, 0])
 
   def reset(self, obs: np.ndarray) -> None:
     """Starts from the observations of ``env.reset()``, ``[num_envs, *obs_shape]``."""
     self._current_obs = np.array(obs, copy=True)
     self._len[:] = 0
     self._autoreset[:] = False
+    self._any_autoreset = False
     self._ep_return[:] = 0.0
 
   def pop_episode_returns(self) -> list[float]:
@@ -89,43 +138,107 @@ class StepProcessor:
     """
     if self._current_obs is None:
       raise RuntimeError("StepProcessor.step called before reset(obs).")
-    n, slot = self.n, self._t % self.n
-    real = ~self._autoreset  # sub-envs whose step is a real transition
+    # The cost of a step is numpy call overhead (a few envs, tiny arrays): the paths below
+    # are the one general computation (the last one) specialised to fewer operations for
+    # the common cases, with the same outputs in the same order.
+    action, reward, next_obs = np.asarray(action), np.asarray(reward), np.asarray(next_obs)
+    terminated, truncated = np.asarray(terminated), np.asarray(truncated)
+    if terminated.dtype != bool or truncated.dtype != bool:
+      terminated, truncated = terminated.astype(bool), truncated.astype(bool)
+    any_autoreset = self._any_autoreset
+    done = terminated | truncated
+    self._ep_return += reward
+    if any_autoreset:
+      real = ~self._autoreset  # sub-envs whose step is a real transition
+      done &= real
+      terminated = terminated & real
+      self._ep_return[self._autoreset] = 0.0  # (was 0.0 since the episode's end)
+    else:
+      real = None  # every sub-env's step is real
+    any_done = np.count_nonzero(done) > 0  # faster than done.any() on small arrays
+    if any_done:
+      self._finished_returns.extend(self._ep_return[done].tolist())
+      self._ep_return[done] = 0.0
+    if self.n == 1:
+      out = self._step_one(action, reward, next_obs, terminated, real)
+    else:
+      out = self._step_n(action, reward, next_obs, terminated, done, any_done, real)
+    self._autoreset = done
+    self._any_autoreset = any_done
+    self._t += 1
+    return out
+
+  def _step_one(self, action, reward, next_obs, terminated, real) -> Transition:
+    """n = 1: each real step is one transition, discount ``gamma`` or 0; no ring needed.
+
+    ``reward + 0.0`` as in the general path (where it turns -0.0 into 0.0).
+
+    The arrays returned may be shared with ``self.obs`` and the next call's output (the
+    observations are copied once, not per use): treat them as read-only.
+    """
+    obs = self._current_obs
+    self._current_obs = next_obs = np.array(next_obs, copy=True)
+    if obs.dtype != self._obs_dtype:
+      obs = obs.astype(self._obs_dtype)
+    if real is None:  # no autoreset step: one transition per sub-env, in order
+      return make_transition(
+          obs=obs, action=action.astype(self._act_dtype),
+          reward=(reward + 0.0).astype(np.float32),
+          discount=self._discount_table.take(terminated.view(np.uint8)), next_obs=next_obs)
+    es = real.nonzero()[0]
+    return make_transition(
+        obs=obs[es], action=action[es].astype(self._act_dtype, copy=False),
+        reward=(reward[es] + 0.0).astype(np.float32),
+        discount=self._discount_table.take(terminated[es].view(np.uint8)), next_obs=next_obs[es])
+
+  def _step_n(self, action, reward, next_obs, terminated, done, any_done, real) -> Transition:
+    n, t, gamma = self.n, self._t, self.gamma
+    slot = t % n
     self._obs[slot] = self._current_obs
     self._act[slot] = action
     self._rew[slot] = reward
-    self._len += real
-    done = real & (np.asarray(terminated) | np.asarray(truncated))
-    terminated = real & np.asarray(terminated)
-    self._ep_return += np.where(real, reward, 0.0)
-    if done.any():
-      self._finished_returns.extend(self._ep_return[done].tolist())
-      self._ep_return[done] = 0.0
+    if real is None:
+      self._len += 1
+    else:
+      self._len += real
+    self._current_obs = np.array(next_obs, copy=True)
+    rew = self._rew
+    if not any_done:
+      # Only windows of n steps close: one transition (the oldest entry, k = n - 1) from
+      # each sub-env holding n entries; the ring then drops that entry.
+      es = (self._len == n).nonzero()[0]
+      m = es.shape[0]
+      if m == 0:
+        return self._empty
+      self._len[es] = n - 1
+      rew = rew[:, es]
+      acc = rew[slot] + 0.0  # the discounted sum, newest entry first (as ``ret`` below)
+      for k in range(1, n):
+        acc = rew[(t - k) % n] + gamma * acc
+      oldest = (t + 1) % n  # == (t - (n - 1)) % n
+      return make_transition(
+          obs=self._obs[oldest, es], action=self._act[oldest, es], reward=acc.astype(np.float32),
+          discount=self._full_discounts[:m].copy(), next_obs=next_obs[es])
 
-    # ret[k, e]: discounted return of the pending entry that started k steps ago.
+    # ret[j, e]: discounted return of the pending entry of row j (started n - 1 - j steps ago).
     ret = np.empty((n, self.num_envs), np.float64)
-    acc = np.zeros(self.num_envs, np.float64)
-    for k in range(n):
-      acc = self._rew[(self._t - k) % n] + self.gamma * acc
-      ret[k] = acc
-    k_idx = np.arange(n)[:, None]
-    pending = k_idx < self._len[None, :]
-    emit = pending & (done[None, :] | (k_idx == n - 1))
-    # Order by sub-env, then oldest entry (largest k) first.
-    es, ks = np.nonzero(emit.T[:, ::-1])
-    ks = n - 1 - ks
-    slots = (self._t - ks) % n
-    discount = np.where(terminated[es], 0.0, self._powers[ks + 1])
-    out = Transition(
+    acc = rew[slot] + 0.0
+    ret[n - 1] = acc
+    for k in range(1, n):
+      acc = rew[(t - k) % n] + gamma * acc
+      ret[n - 1 - k] = acc
+    # Emitted: every pending entry of a sub-env whose episode ended, else a full window's
+    # oldest; ordered by sub-env, then oldest entry first.
+    emit = (self._k_of_j < self._len) & (done | self._oldest_row)
+    es, js = emit.T.nonzero()
+    slots = self._slot_of_j[slot][js]
+    out = make_transition(
         obs=self._obs[slots, es],
         action=self._act[slots, es],
-        reward=ret[ks, es].astype(np.float32),
-        discount=discount.astype(np.float32),
-        next_obs=np.asarray(next_obs)[es],
+        reward=ret[js, es].astype(np.float32),
+        discount=np.where(terminated[es], np.float32(0.0), self._discount_of_j[js]),
+        next_obs=next_obs[es],
     )
     # Bookkeeping: a full window drops its oldest entry; an episode end clears all.
     self._len = np.where(done, 0, np.minimum(self._len, n - 1))
-    self._autoreset = done
-    self._current_obs = np.array(next_obs, copy=True)
-    self._t += 1
     return out

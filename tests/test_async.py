@@ -182,3 +182,20 @@ def test_async_dqn_learns_cartpole(mode, tmp_path):
   assert summary["best_eval_reward"] >= 475, summary["evals"][-5:]
   assert (tmp_path / "best" / "state.msgpack").exists()
   assert stats[0].env_steps > 0
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_central_inference_serves_actors(mode):
+  before = {t.ident for t in threading.enumerate()}
+  trainer = _trainer(actor_mode=mode, inference_servers=1, inference_batchsize=2,
+                     inference_device="cpu")
+  summary = trainer.train()
+  assert summary["opt_steps"] >= 400
+  assert trainer.inference.requests_served > 0
+  assert trainer.inference.batches <= trainer.inference.requests_served
+  for actor_id, versions in trainer.versions_seen.items():
+    assert versions == sorted(versions)  # the server's versions only move forward too
+    np.testing.assert_array_equal(trainer.seqs_seen[actor_id],
+                                  np.arange(len(trainer.seqs_seen[actor_id])))
+  assert max(max(v) for v in trainer.versions_seen.values()) > 0
+  _no_strays(before)

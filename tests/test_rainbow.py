@@ -1,5 +1,6 @@
 """Tests for noisy nets (NoisyDense, noisy DQN acting and updates) and the Rainbow experiment."""
 
+import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
@@ -306,8 +307,14 @@ def test_rainbow_atari_preset():
   assert (args.priority_alpha, args.priority_beta) == (0.5, 0.4)
   # A flag after the preset overrides it.
   assert rb.parse(["--preset", "atari", "--learning-rate", "1e-4"]).agent.learning_rate == 1e-4
-  with pytest.raises(ConfigError, match="Atari env pipeline is not built"):
-    rb.main(args)
+  pytest.importorskip("ale_py")
+  from jaxasync.envs import spaces_of
+  from jaxasync.replay.frames import PrioritizedFrameReplayBuffer
+  env, eval_env = rb.atari_factories(args)
+  assert env.env_id == "ALE/Pong-v5" and not eval_env.episodic_life
+  agent = DQN(a, *spaces_of(env), env.env_id)
+  replay = rb.make_replay(dataclasses.replace(args, replay_capacity=1000), agent)
+  assert isinstance(replay, PrioritizedFrameReplayBuffer)
 
 
 @pytest.mark.slow

@@ -115,6 +115,17 @@ def linear_epsilon(env_steps: int, start: float, end: float, decay_steps: int) -
   return start + frac * (end - start)
 
 
+def epsilon_greedy(actions: np.ndarray, epsilon: float | np.ndarray, num_actions: int,
+                   rng: np.random.Generator) -> np.ndarray:
+  """Replaces each of ``actions`` ``[B]`` by a uniform one with probability ``epsilon``
+  (scalar or ``[B]``), in numpy: no device round trip on the actor's path."""
+  n = actions.shape[0]
+  explore = rng.random(n) < epsilon
+  if explore.any():
+    actions = np.where(explore, rng.integers(0, num_actions, n), actions)
+  return actions
+
+
 class DQN:
   """Double DQN with optional dueling and C51 heads, for Box observations and Discrete actions.
 
@@ -193,26 +204,30 @@ class DQN:
     key = jax.random.PRNGKey(seed)
     return jnp.argmax(self.q_values(params, obs, key), axis=-1).astype(jnp.int32)
 
+  def policy_actions(self, params: PyTree, obs: np.ndarray, rng: np.random.Generator,
+                     explore: bool = True) -> np.ndarray:
+    """The network's actions ``[B]`` before epsilon: one jitted call on ``params``' device.
+
+    For a noisy agent, ``explore=True`` acts greedily under a fresh noise sample (its seed
+    drawn from ``rng``) and ``explore=False`` under the mean network (evaluation);
+    ``explore`` does nothing for a non-noisy agent. (The central ``InferenceServer`` runs
+    this; actors then apply their own epsilon.)
+    """
+    if self.config.noisy and explore:
+      seed = np.uint32(rng.integers(2 ** 31))
+      return np.asarray(self.noisy_greedy_actions(params, obs, seed))
+    return np.asarray(self.greedy_actions(params, obs))
+
   def act(self, params: PyTree, obs: np.ndarray, epsilon: float | np.ndarray,
           rng: np.random.Generator, explore: bool = True) -> np.ndarray:
     """Epsilon-greedy actions ``[B]`` for observations ``[B, *obs_shape]``.
 
-    ``epsilon`` is a scalar or one value per row (per-env exploration). For a noisy
-    agent, ``explore=True`` acts greedily under a fresh noise sample (its seed drawn
-    from ``rng``) and ``explore=False`` under the mean network (evaluation);
-    ``epsilon`` is applied on top either way (``epsilon()`` is 0 for noisy agents).
-    ``explore`` does nothing for a non-noisy agent.
+    ``epsilon`` is a scalar or one value per row (per-env exploration), applied on top of
+    ``policy_actions`` (``epsilon()`` is 0 for noisy agents).
     """
-    if self.config.noisy and explore:
-      seed = np.uint32(rng.integers(2 ** 31))
-      actions = np.asarray(self.noisy_greedy_actions(params, obs, seed))
-    else:
-      actions = np.asarray(self.greedy_actions(params, obs))
-    n = actions.shape[0]
-    explore = rng.random(n) < epsilon
-    if explore.any():
-      actions = np.where(explore, rng.integers(0, self.num_actions, n), actions)
-    return actions.astype(self.action_space.dtype, copy=False)
+    actions = self.policy_actions(params, obs, rng, explore)
+    return epsilon_greedy(actions, epsilon, self.num_actions, rng).astype(
+        self.action_space.dtype, copy=False)
 
   # --- learning ------------------------------------------------------------
   def loss(self, params: PyTree, target_params: PyTree, batch: Transition,
