@@ -14,7 +14,6 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from jaxasync.step_processor import make_transition
 from jaxasync.types import Transition
 
 PyTree = Any
@@ -164,15 +163,11 @@ def _actor_loop(actor_id, agent_factory, env_factory, config: ActorConfig, trans
 def _concat(parts: Sequence) -> Any:
   """The step outputs of one chunk as one batch: leaf-wise ``np.concatenate`` along axis 0.
 
-  ``Transition`` outputs (jaxasync's StepProcessor) are joined field by field (~17 us for
-  16 steps of 8 envs; ``jax.tree.map`` over the chunk's chex dataclasses took ~40 us); any other
-  pytree (another replay's step processor) goes through ``jax.tree.map``.
+  ``Transition`` outputs (jaxasync's StepProcessor) are joined field by field (~17 us for 16
+  steps of 8 envs, against ~40 us through ``jax.tree.map``); any other pytree (another replay's
+  step processor) goes through ``jax.tree.map``.
   """
   if all(type(p) is Transition for p in parts):
-    cat = np.concatenate
-    return make_transition(
-        obs=cat([p.obs for p in parts]), action=cat([p.action for p in parts]),
-        reward=cat([p.reward for p in parts]), discount=cat([p.discount for p in parts]),
-        next_obs=cat([p.next_obs for p in parts]))
+    return Transition(*(np.concatenate(field) for field in zip(*parts)))
   import jax
   return jax.tree.map(lambda *xs: np.concatenate(xs, axis=0), *parts)

@@ -15,7 +15,6 @@ import jax
 import numpy as np
 
 from jaxasync.replay.prioritized import linear_beta
-from jaxasync.step_processor import make_transition
 from jaxasync.types import ModelInfo, Transition
 
 PyTree = Any
@@ -91,9 +90,7 @@ class Learner:
     else:
       batch = self.replay.sample(k * b)
     if type(batch) is Transition:  # field by field: ~5 us less than jax.tree.map
-      s = lambda x: _split(x, k, b)
-      batch = make_transition(s(batch.obs), s(batch.action), s(batch.reward), s(batch.discount),
-                              s(batch.next_obs))
+      batch = Transition(*(_split(x, k, b) for x in batch))
     else:
       batch = jax.tree.map(lambda x: _split(x, k, b), batch)
     return batch, weights, where

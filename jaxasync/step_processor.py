@@ -6,42 +6,9 @@ The one step processor of the project: the synchronous ``Trainer`` and every
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from jaxasync.types import Transition
-
-_FIELDS = ("obs", "action", "reward", "discount", "next_obs")
-
-
-def _fast_transition_ok() -> bool:
-  """Whether ``make_transition`` may fill ``__dict__`` directly: what chex's frozen dataclass
-  ``__init__`` (~3 us, a sizeable part of one ``step``) ends up doing, for these plain fields."""
-  if (tuple(f.name for f in dataclasses.fields(Transition)) != _FIELDS
-      or hasattr(Transition, "__post_init__")):
-    return False
-  leaves = [np.full(1, i) for i in range(5)]
-  slow = Transition(**dict(zip(_FIELDS, leaves)))
-  if not hasattr(slow, "__dict__"):
-    return False
-  fast = Transition.__new__(Transition)
-  fast.__dict__.update(zip(_FIELDS, leaves))
-  same = lambda d: [(k, id(v)) for k, v in d.items()]
-  return same(fast.__dict__) == same(slow.__dict__) and list(fast.keys()) == list(slow.keys())
-
-
-if _fast_transition_ok():
-  def make_transition(obs, action, reward, discount, next_obs) -> Transition:
-    """``Transition(obs=..., ...)`` without the dataclass constructor's overhead."""
-    t = Transition.__new__(Transition)
-    t.__dict__.update(obs=obs, action=action, reward=reward, discount=discount, next_obs=next_obs)
-    return t
-else:  # pragma: no cover - a chex version whose dataclasses are laid out differently
-  def make_transition(obs, action, reward, discount, next_obs) -> Transition:
-    """``Transition(obs=..., ...)``."""
-    return Transition(obs=obs, action=action, reward=reward, discount=discount,
-                      next_obs=next_obs)
 
 
 class StepProcessor:
@@ -101,7 +68,7 @@ class StepProcessor:
     self._discount_of_j = self._powers32[n_step - j]  # gamma^(k + 1)
     self._full_discounts = np.full(num_envs, self._powers32[n_step], np.float32)
     self._discount_table = np.array([gamma, 0.0], np.float32)  # by terminated: n = 1
-    self._empty = make_transition(
+    self._empty = Transition(
         obs=self._obs[:0, 0], action=self._act[:0, 0], reward=np.zeros(0, np.float32),
         discount=np.zeros(0, np.float32), next_obs=self._obs[:0, 0])
 
@@ -181,12 +148,12 @@ class StepProcessor:
     if obs.dtype != self._obs_dtype:
       obs = obs.astype(self._obs_dtype)
     if real is None:  # no autoreset step: one transition per sub-env, in order
-      return make_transition(
+      return Transition(
           obs=obs, action=action.astype(self._act_dtype),
           reward=(reward + 0.0).astype(np.float32),
           discount=self._discount_table.take(terminated.view(np.uint8)), next_obs=next_obs)
     es = real.nonzero()[0]
-    return make_transition(
+    return Transition(
         obs=obs[es], action=action[es].astype(self._act_dtype, copy=False),
         reward=(reward[es] + 0.0).astype(np.float32),
         discount=self._discount_table.take(terminated[es].view(np.uint8)), next_obs=next_obs[es])
@@ -216,7 +183,7 @@ class StepProcessor:
       for k in range(1, n):
         acc = rew[(t - k) % n] + gamma * acc
       oldest = (t + 1) % n  # == (t - (n - 1)) % n
-      return make_transition(
+      return Transition(
           obs=self._obs[oldest, es], action=self._act[oldest, es], reward=acc.astype(np.float32),
           discount=self._full_discounts[:m].copy(), next_obs=next_obs[es])
 
@@ -232,7 +199,7 @@ class StepProcessor:
     emit = (self._k_of_j < self._len) & (done | self._oldest_row)
     es, js = emit.T.nonzero()
     slots = self._slot_of_j[slot][js]
-    out = make_transition(
+    out = Transition(
         obs=self._obs[slots, es],
         action=self._act[slots, es],
         reward=ret[js, es].astype(np.float32),
