@@ -64,9 +64,10 @@ class Args(dqn_experiment.Args):
   priority_beta: float = 0.4
   """initial importance-sampling exponent beta, annealed to 1 over --max-opts."""
   logdir: str = "runs/rainbow"
-  atari_backend: Literal["gymnasium", "ale_vector"] = "gymnasium"
+  atari_backend: Literal["gymnasium", "ale_vector", "envpool"] = "gymnasium"
   """Atari ids only: 'gymnasium' (AtariPreprocessing + FrameStackObservation in a
-  SyncVectorEnv) or 'ale_vector' (ale-py's native threaded vector env, same preprocessing)."""
+  SyncVectorEnv), 'ale_vector' (ale-py's native threaded vector env, same preprocessing) or
+  'envpool' (envpool's AtariEnvPool, the same C++ pipeline; pip install 'jaxasync[envpool]')."""
   episodic_life: bool = False
   """Atari ids only: training episodes end at each life loss (evaluation plays full games)."""
   sticky_actions: bool = True

@@ -24,7 +24,14 @@ Backends:
     frame. Otherwise the frames are the same: with ``noop_max=0`` and no sticky actions
     both backends returned identical frames over 60 steps of Breakout (with them, the
     two draw their random no-ops and repeats from different generators).
-  * ``"envpool"``: not supported, see ``AtariEnvFactory``.
+    ``episodic_life`` is refused: ale-py 0.12.1's vector env restarts the whole game at
+    every life loss (measured: lives go 5, 4, 5, 4, ...).
+  * ``"envpool"``: envpool's ``AtariEnvPool`` (``pip install 'jaxasync[envpool]'``), the
+    same C++ pipeline as ``ale_vector`` with envpool's own ROM copies. It seeds at
+    construction (``reset(seed=...)`` cannot reseed it, so ``__call__`` builds it with the
+    seed) and its no-op reset draws 1..``noop_max`` frames: ``noop_max=0`` becomes one no-op
+    frame, its minimum (envpool crashes on 0). The reset stack repeats the reset frame, as
+    the gymnasium backend does.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ from gymnasium.vector import AutoresetMode
 
 from jaxasync.envs import ConfigError
 
-BACKENDS = ("gymnasium", "ale_vector")
+BACKENDS = ("gymnasium", "ale_vector", "envpool")
 
 
 def _import_ale():
@@ -53,9 +60,14 @@ def _import_ale():
   return ale_py
 
 
+def _game_title(env_id: str) -> str:
+  """``"ALE/MsPacman-v5"`` or ``"MsPacmanNoFrameskip-v4"`` -> ``"MsPacman"``."""
+  return env_id.split("/", 1)[-1].split("-", 1)[0].replace("NoFrameskip", "")
+
+
 def _game_name(env_id: str) -> str:
   """``"ALE/MsPacman-v5"`` -> ``"ms_pacman"`` (ale-py's ROM name)."""
-  name = env_id.split("/", 1)[-1].split("-", 1)[0].replace("NoFrameskip", "")
+  name = _game_title(env_id)
   out = []
   for i, ch in enumerate(name):
     if ch.isupper() and i > 0 and not name[i - 1].isupper():
@@ -142,13 +154,13 @@ class AtariEnvFactory:
     screen_size: side of the square resized frame.
     max_episode_frames: emulator frames after which an episode is truncated.
     full_action_space: all 18 actions instead of the game's minimal set.
-    backend: ``"gymnasium"`` or ``"ale_vector"``. envpool is not offered: ale-py's
-      ``AtariVectorEnv`` is envpool's Atari engine (same C++ code, same NEXT_STEP-style
-      autoreset) and ships with ale-py, while the envpool wheel pulls in MuJoCo assets,
-      matplotlib and glfw.
+    backend: ``"gymnasium"``, ``"ale_vector"`` or ``"envpool"`` (see the module docstring).
+      The C++ backends run the same pipeline; ``ale_vector`` ships with ale-py, while the
+      envpool wheel also pulls in MuJoCo assets, matplotlib and glfw (~600 MB).
     vectorization_mode: ``"sync"`` or ``"async"`` (one process per sub-env) for the
       gymnasium backend.
-    num_threads: ``ale_vector`` worker threads; 0 uses ``min(num_envs, cpu_count)``.
+    num_threads: ``ale_vector`` / ``envpool`` worker threads; 0 uses
+      ``min(num_envs, cpu_count)``.
   """
 
   env_id: str = "ALE/Pong-v5"
@@ -166,9 +178,13 @@ class AtariEnvFactory:
 
   def __post_init__(self):
     if self.backend not in BACKENDS:
-      hint = (" envpool is not supported: use backend='ale_vector', which runs envpool's "
-              "Atari engine from ale-py." if self.backend == "envpool" else "")
-      raise ConfigError(f"backend must be one of {BACKENDS}, got {self.backend!r}.{hint}")
+      raise ConfigError(f"backend must be one of {BACKENDS}, got {self.backend!r}.")
+    if self.episodic_life and self.backend == "ale_vector":
+      # Measured with ale-py 0.12.1: after a life loss its AtariVectorEnv resets the whole
+      # game (lives back to 5), so an agent would only ever play the first life.
+      raise ConfigError("episodic_life=True is not supported with backend='ale_vector': "
+                        "ale-py's AtariVectorEnv restarts the game at every life loss. Use "
+                        "backend='envpool' (same engine, continues the game) or 'gymnasium'.")
     if self.vectorization_mode not in ("sync", "async"):
       raise ConfigError(
           f"vectorization_mode must be 'sync' or 'async', got {self.vectorization_mode!r}.")
@@ -211,6 +227,10 @@ class AtariEnvFactory:
     """
     if num_envs < 1:
       raise ConfigError(f"num_envs must be >= 1, got {num_envs}.")
+    if self.backend == "envpool":
+      env = self._envpool(num_envs, seed)
+      env.reset()  # seeded at construction
+      return env
     if self.backend == "ale_vector":
       env = self._ale_vector(num_envs)
     else:
@@ -237,17 +257,59 @@ class AtariEnvFactory:
     if ale_py.roms.get_rom_path(game) is None:
       raise ConfigError(f"no ale-py ROM {game!r} for env id {self.env_id!r}; pass an id like "
                         "'ALE/Pong-v5'.")
-    threads = self.num_threads or min(num_envs, os.cpu_count() or 1)
     env = AtariVectorEnv(
-        game, num_envs, num_threads=threads, max_num_frames_per_episode=self.max_episode_frames,
+        game, num_envs, num_threads=self._threads(num_envs),
+        max_num_frames_per_episode=self.max_episode_frames,
         repeat_action_probability=self.repeat_action_probability,
         full_action_space=self.full_action_space, autoreset_mode=AutoresetMode.NEXT_STEP,
         img_height=self.screen_size, img_width=self.screen_size, grayscale=True,
         stack_num=self.frame_stack, frameskip=self.frame_skip, maxpool=True,
-        noop_max=self.noop_max, episodic_life=self.episodic_life,
+        noop_max=self.noop_max, episodic_life=False,  # refused in __post_init__
         reward_clipping=False,  # clipped in the loss (DQNConfig.reward_clip)
         use_fire_reset=False)  # as the gymnasium backend
     return _VectorStackLast(env)
+
+  def _threads(self, num_envs: int) -> int:
+    return self.num_threads or min(num_envs, os.cpu_count() or 1)
+
+  def _envpool(self, num_envs: int, seed: int | None) -> gym.vector.VectorEnv:
+    try:
+      import envpool
+    except ImportError as e:
+      raise ConfigError(f"backend='envpool' needs envpool ({e}): `pip install "
+                        "'jaxasync[envpool]'`, or use backend='ale_vector' (same engine, "
+                        "ships with ale-py).") from None
+    task_id = _game_title(self.env_id) + "-v5"
+    if task_id not in envpool.list_all_envs():
+      raise ConfigError(f"envpool has no Atari task {task_id!r} (from env id {self.env_id!r}); "
+                        "pass an id like 'ALE/Pong-v5'.")
+    if seed is None:  # envpool needs an int seed: draw one from OS entropy
+      seed = int(np.random.SeedSequence().generate_state(1)[0] >> 1)
+    env = envpool.make(
+        task_id, env_type="gymnasium", num_envs=num_envs, seed=seed,
+        num_threads=self._threads(num_envs),
+        # envpool counts agent steps; the game's cap is in emulator frames.
+        max_episode_steps=max(1, self.max_episode_frames // self.frame_skip),
+        img_height=self.screen_size, img_width=self.screen_size, gray_scale=True,
+        stack_num=self.frame_stack, frame_skip=self.frame_skip,
+        noop_max=max(1, self.noop_max),  # envpool's minimum (it crashes on 0), see module doc
+        episodic_life=self.episodic_life,
+        repeat_action_probability=self.repeat_action_probability,
+        full_action_space=self.full_action_space,
+        reward_clip=False,  # clipped in the loss (DQNConfig.reward_clip)
+        use_fire_reset=False)  # as the other backends
+    return _EnvPoolStackLast(env)
+
+
+class _EnvPoolStackLast(_VectorStackLast):
+  """``_VectorStackLast`` for envpool, whose seed is fixed at construction.
+
+  ``reset(seed=...)`` drops the seed (envpool would ignore it with a warning per call):
+  the factory already built the env with it.
+  """
+
+  def reset(self, *, seed=None, options=None):
+    return super().reset(options=options)
 
 
 def is_atari_id(env_id: str) -> bool:

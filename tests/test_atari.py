@@ -14,8 +14,10 @@ from jaxasync.envs import ConfigError, spaces_of  # noqa: E402
 from jaxasync.replay.frames import PrioritizedFrameReplayBuffer  # noqa: E402
 from jaxasync.types import transition_example  # noqa: E402
 
+BACKENDS = ["gymnasium", "ale_vector", "envpool"]  # the test extra installs all three
 
-@pytest.mark.parametrize("backend", ["gymnasium", "ale_vector"])
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_pong_observations_are_hwc_stacks_in_next_step_mode(backend):
   factory = AtariEnvFactory("ALE/Pong-v5", backend=backend)
   assert pickle.loads(pickle.dumps(factory)) == factory  # actor processes rebuild it
@@ -37,12 +39,81 @@ def test_pong_observations_are_hwc_stacks_in_next_step_mode(backend):
     env.close()
 
 
-def test_gymnasium_stack_pads_with_the_reset_frame():
-  env = AtariEnvFactory("ALE/Breakout-v5", noop_max=0)(1, seed=3)
+@pytest.mark.parametrize("backend", ["gymnasium", "envpool"])
+def test_stack_pads_with_the_reset_frame(backend):
+  env = AtariEnvFactory("ALE/Breakout-v5", noop_max=0, backend=backend)(1, seed=3)
   try:
     obs, _ = env.reset(seed=3)
+    assert obs[0, ..., 3].any()
     for j in range(3):
       np.testing.assert_array_equal(obs[0, ..., j], obs[0, ..., 3])
+  finally:
+    env.close()
+
+
+def _rollout(env, steps, action_seed):
+  """Observations and flags of ``steps`` steps of fixed pseudo-random actions, from a reset
+  that continues the env's own random stream (seeded by the factory)."""
+  actions = np.random.default_rng(action_seed).integers(0, env.single_action_space.n,
+                                                        size=(steps, env.num_envs))
+  out = [env.reset()[0]]
+  flags = []
+  for a in actions:
+    obs, reward, terminated, truncated, info = env.step(a)
+    out.append(obs)
+    flags.append((reward, terminated, truncated, info.get("lives")))
+  return np.stack(out), flags
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_same_seed_same_trajectory(backend):
+  """Seeding reaches the sticky actions and no-ops: a seed fixes the trajectory."""
+  factory = AtariEnvFactory("ALE/Breakout-v5", backend=backend)
+  runs = []
+  for seed in (5, 5, 6):
+    env = factory(2, seed=seed)
+    try:
+      runs.append(_rollout(env, 60, action_seed=0)[0])
+    finally:
+      env.close()
+  np.testing.assert_array_equal(runs[0], runs[1])
+  assert not np.array_equal(runs[0], runs[2])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_max_episode_frames_truncates_in_emulator_frames(backend):
+  """20 emulator frames = 5 agent steps of 4 frames: truncated (not terminated) at step 5,
+  then the NEXT_STEP autoreset step, then a fresh episode. (No no-ops: the gymnasium
+  backend counts reset no-op frames toward the cap, the C++ backends do not.)"""
+  env = AtariEnvFactory("ALE/Pong-v5", max_episode_frames=20, noop_max=0,
+                        backend=backend)(2, seed=0)
+  try:
+    _, flags = _rollout(env, 11, action_seed=0)
+    truncated = np.array([f[2] for f in flags])
+    terminated = np.array([f[1] for f in flags])
+    assert not terminated.any()
+    np.testing.assert_array_equal(np.flatnonzero(truncated[:, 0]), [4, 10])
+    np.testing.assert_array_equal(truncated[:, 0], truncated[:, 1])
+  finally:
+    env.close()
+
+
+@pytest.mark.parametrize("backend", ["gymnasium", "envpool"])
+def test_vector_episodic_life_ends_episodes_but_not_the_game(backend):
+  """Each life lost ends an episode (terminated); the reset after it continues the game."""
+  env = AtariEnvFactory("ALE/Breakout-v5", episodic_life=True, backend=backend)(1, seed=0)
+  try:
+    env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    lives_at_end = []
+    for _ in range(5000):
+      _, _, terminated, truncated, info = env.step(rng.integers(0, 4, size=1))
+      if terminated[0] or truncated[0]:
+        assert terminated[0] and not truncated[0]
+        lives_at_end.append(int(info["lives"][0]))
+      if len(lives_at_end) == 3:
+        break
+    assert lives_at_end == [4, 3, 2]  # no new game at a life loss
   finally:
     env.close()
 
@@ -64,8 +135,12 @@ def test_episodic_life_ends_episodes_but_not_the_game():
 
 
 def test_bad_settings_are_config_errors():
-  with pytest.raises(ConfigError, match="ale_vector"):
-    AtariEnvFactory(backend="envpool")
+  with pytest.raises(ConfigError, match="backend must be one of"):
+    AtariEnvFactory(backend="atari_py")
+  with pytest.raises(ConfigError, match="restarts the game at every life loss"):
+    AtariEnvFactory(episodic_life=True, backend="ale_vector")
+  with pytest.raises(ConfigError, match="envpool has no Atari task"):
+    AtariEnvFactory("ALE/NoSuchGame-v5", backend="envpool")(1)
   with pytest.raises(ConfigError, match="unknown Atari id"):
     AtariEnvFactory("ALE/NoSuchGame-v5")(1)
   assert is_atari_id("ALE/Pong-v5") and not is_atari_id("CartPole-v1")
@@ -90,3 +165,27 @@ def test_trainer_runs_pong_end_to_end_with_the_frame_replay():
   assert batch.obs.shape == batch.next_obs.shape == (4, 84, 84, 4)
   assert batch.obs.dtype == np.uint8 and np.all(batch.discount == np.float32(0.99 ** 3))
   assert replay.bytes_per_item <= 1.05 * 84 * 84 * 4
+
+
+def test_async_rainbow_runs_pong_on_envpool_in_an_actor_process():
+  """The envpool backend inside a spawned actor process, into the prioritized frame replay."""
+  import jaxasync as ja
+
+  factory = AtariEnvFactory("ALE/Pong-v5", backend="envpool")
+  obs_space, action_space = spaces_of(factory)
+  agent_config = DQNConfig(batch_size=8, num_atoms=11, dueling=True, noisy=True,
+                           reward_clip=1.0, target_update_period=20)
+  replay = PrioritizedFrameReplayBuffer(
+      transition_example(obs_space, action_space), 400, seed=0, alpha=0.5)
+  config = TrainerConfig(max_opts=20, warmup_period=100, n_step=3, replay_capacity=400,
+                         updates_per_call=2, eval_interval=0, record_interval=0,
+                         save_interval=0, progress=False, duration=120)
+  summary, stats = ja.train_async(
+      DQN, agent_config, factory, config,
+      ja.AsyncConfig(num_actors=1, envs_per_actor=2, chunk_steps=8, sync_interval=4),
+      replay=replay)
+  assert summary["opt_steps"] >= 20
+  assert stats[0].env_steps >= 50 and stats[0].restarts == 0
+  assert replay.added_total >= 100
+  batch = replay.gather(np.flatnonzero(replay.live)[:4])
+  assert batch.obs.shape == (4, 84, 84, 4) and batch.obs.dtype == np.uint8

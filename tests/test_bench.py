@@ -43,3 +43,19 @@ def test_bench_throughput_writes_every_figure(tmp_path):
   assert result["config"]["agent"]["batch_size"] == 128
   assert result["machine"]["cpu_count"] >= 1 and result["machine"]["jax_backend"]
   assert result["solve"] == {}
+
+
+def test_bench_atari_measures_every_backend(tmp_path):
+  out = tmp_path / "atari.json"
+  proc = subprocess.run(
+      [sys.executable, str(SCRIPT.parent / "bench_atari.py"), "--duration", "0.3",
+       "--warmup", "0.1", "--repeats", "2", "--num-envs", "2", "--json", str(out)],
+      capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  assert "vs gymnasium" in proc.stdout
+  result = json.loads(out.read_text())
+  assert set(result["agent_steps_per_sec"]) == {"gymnasium", "ale_vector", "envpool"}
+  for backend, rate in result["agent_steps_per_sec"].items():
+    assert rate > 0 and len(result["repeats"][backend]) == 2
+    assert result["frames_per_sec"][backend] == 4 * rate  # frame skip 4
+  assert result["ratio_to_gymnasium"]["gymnasium"] == 1.0
