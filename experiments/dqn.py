@@ -20,6 +20,7 @@ from typing import Annotated, Any, Callable, Literal
 import tyro
 
 import jaxasync as ja
+from jaxasync.minatar import is_minatar_id
 
 
 def default_mode() -> str:
@@ -35,7 +36,8 @@ def default_mode() -> str:
 @dataclasses.dataclass
 class Args:
   env_id: str = "CartPole-v1"
-  """gymnasium id, or 'module:EnvName-v0' to import the module that registers it."""
+  """gymnasium id, 'module:EnvName-v0' to import the module that registers it, or a MinAtar
+  id ('MinAtar/Breakout-v1'; pip install 'jaxasync[minatar]')."""
   eval_env_id: str | None = None
   """evaluation env id (defaults to --env-id)."""
   mode: Literal["auto", "sync", "async"] = "auto"
@@ -83,9 +85,13 @@ def run(args: Args, title: str, make_replay: Callable[[ja.DQN], Any] | None = No
   ``envs`` = (training, evaluation) env factories instead of ``EnvFactory(--env-id)``."""
   mode = default_mode() if args.mode == "auto" else args.mode
   if envs is None:
-    ja.check_env_id(args.env_id)
-    ja.check_env_id(args.eval_env_id or args.env_id)
-    envs = ja.EnvFactory(args.env_id), ja.EnvFactory(args.eval_env_id or args.env_id)
+    ids = args.env_id, args.eval_env_id or args.env_id
+    if is_minatar_id(args.env_id):
+      envs = tuple(ja.MinAtarEnvFactory(i) for i in ids)
+    else:
+      for i in ids:
+        ja.check_env_id(i)
+      envs = tuple(ja.EnvFactory(i) for i in ids)
   env, eval_env = envs
   config = trainer_config(args)
   obs_space, action_space = ja.envs.spaces_of(env)

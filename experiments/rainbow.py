@@ -8,6 +8,8 @@ with a flag, so ablations are one flag away:
   python experiments/rainbow.py --mode sync --seed 3 --target-eval-reward 475
   python experiments/rainbow.py --no-noisy                # epsilon-greedy instead of noisy nets
   python experiments/rainbow.py --n-step 1 --no-dueling --num-atoms 1 --no-prioritized --no-double-q
+  python experiments/rainbow.py --preset minatar          # MinAtar Breakout, CPU-sized
+  python experiments/rainbow.py --preset minatar --env-id MinAtar/SpaceInvaders-v1
   python experiments/rainbow.py --preset atari            # Dopamine-style Atari (ALE/Pong-v5)
   python experiments/rainbow.py --preset atari --env-id ALE/Breakout-v5 --atari-backend ale_vector
   python experiments/rainbow.py --preset cartpole --help  # every flag, with that preset's defaults
@@ -47,7 +49,7 @@ def _load_dqn_experiment():
 dqn_experiment = _load_dqn_experiment()
 default_mode = dqn_experiment.default_mode
 
-Preset = Literal["cartpole", "atari"]
+Preset = Literal["cartpole", "minatar", "atari"]
 
 
 @dataclasses.dataclass
@@ -55,8 +57,9 @@ class Args(dqn_experiment.Args):
   """experiments/dqn.py's flags, with the agent's flags unprefixed and the replay's priorities."""
 
   preset: Preset = "cartpole"
-  """'cartpole' (a CPU-sized Rainbow that solves CartPole-v1) or 'atari' (Dopamine-style
-  Rainbow settings). Sets the defaults of every other flag."""
+  """'cartpole' (a CPU-sized Rainbow that solves CartPole-v1), 'minatar' (Revisiting
+  Rainbow's MinAtar settings, CPU-sized) or 'atari' (Dopamine-style Rainbow settings). Sets
+  the defaults of every other flag."""
   prioritized: bool = True
   """proportional prioritized replay (--no-prioritized: uniform replay)."""
   priority_alpha: float = 0.5
@@ -114,7 +117,28 @@ def atari_preset() -> Args:
               async_=ja.AsyncConfig(envs_per_actor=4, samples_per_insert=8.0))
 
 
-PRESETS = {"cartpole": cartpole_preset, "atari": atari_preset}
+def minatar_preset() -> Args:
+  """Rainbow on MinAtar (Obando-Ceron & Castro 2021's "Revisiting Rainbow" settings).
+
+  Adam 1e-4 (eps 3.125e-4), batch 32, 3-step returns, replay 100k, warmup 1k env steps, one
+  SGD step per 4 env steps, target copy every 1000 env steps = 250 SGD steps, C51 over
+  [-100, 100] (MinAtar rewards are unclipped), noisy dueling head. 10M env steps = 2.5M SGD
+  steps. MinAtar observations are 10x10 grids, so the replay is the plain (prioritized)
+  one: ~800 bytes per transition with obs and next_obs.
+  """
+  agent = ja.DQNConfig(
+      hidden_sizes=(128,), learning_rate=1e-4, adam_eps=3.125e-4, batch_size=32,
+      double_q=True, target_update_period=250, dueling=True, num_atoms=51, v_min=-100.0,
+      v_max=100.0, noisy=True, noisy_sigma0=0.5)
+  return Args(preset="minatar", env_id="MinAtar/Breakout-v1", n_step=3, gamma=0.99,
+              max_opts=2_500_000, warmup_period=1_000, opt_interval=4.0, updates_per_call=4,
+              replay_capacity=100_000, eval_interval=12_500, eval_episodes=10,
+              record_interval=1_000, save_interval=250_000, prioritized=True,
+              priority_alpha=0.5, priority_beta=0.4, logdir="runs/rainbow_minatar",
+              agent=agent, async_=ja.AsyncConfig(envs_per_actor=4, samples_per_insert=8.0))
+
+
+PRESETS = {"cartpole": cartpole_preset, "minatar": minatar_preset, "atari": atari_preset}
 
 
 def parse(argv: list[str] | None = None) -> Args:

@@ -70,6 +70,10 @@ def check_env_id(env_id: str) -> None:
   if env_id not in gym.registry:
     close = [k for k in gym.registry if k.lower().startswith(env_id.split("-")[0].lower())]
     hint = f" Did you mean one of {close[:5]}?" if close else ""
+    if env_id.startswith("ALE/") or "NoFrameskip" in env_id:
+      hint = " Atari ids need jaxasync.AtariEnvFactory (experiments/rainbow.py --preset atari)."
+    elif env_id.startswith("MinAtar/"):
+      hint = " MinAtar ids need jaxasync.MinAtarEnvFactory (experiments/rainbow.py --preset minatar)."
     raise ConfigError(
         f"unknown env id {env_id!r}: it is not registered with gymnasium.{hint} "
         "Pass a registered id, or 'module:EnvName-v0' to import the module that registers it.")
@@ -99,6 +103,3 @@ def spaces_of(factory: EnvFactory) -> tuple[gym.Space, gym.Space]:
   finally:
     env.close()
 
-
-def obs_is_image(obs_space: gym.spaces.Box) -> bool:
-  return len(obs_space.shape) == 3 and obs_space.dtype == np.uint8

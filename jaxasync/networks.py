@@ -95,13 +95,45 @@ class NatureCNN(nn.Module):
     return nn.relu(nn.Dense(512)(x))
 
 
+class MinAtarCNN(nn.Module):
+  """The MinAtar torso (Young & Tian 2019): small grids ``[B, 10, 10, C]`` -> ``[B, hidden]``.
+
+  One 3x3 convolution with 16 filters (stride 1, same padding), then a dense layer. The
+  observations are 0/1 channels (bool), so they are cast, not rescaled.
+  """
+
+  hidden: int = 128
+
+  @nn.compact
+  def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
+    x = obs.astype(jnp.float32)
+    x = nn.relu(nn.Conv(16, (3, 3), strides=(1, 1), padding="SAME")(x))
+    x = x.reshape(x.shape[0], -1)
+    return nn.relu(nn.Dense(self.hidden)(x))
+
+
+TORSOS = ("mlp", "nature_cnn", "minatar_cnn")
+
+
+def default_torso(obs_shape: Sequence[int], obs_dtype) -> str:
+  """The torso for an observation: ``"nature_cnn"`` for uint8 frame stacks of at least 36x36
+  pixels (its three VALID convolutions need that), ``"minatar_cnn"`` for other ``[H, W, C]``
+  grids, ``"mlp"`` for everything else."""
+  if len(obs_shape) == 3:
+    if obs_dtype == jnp.uint8 and min(obs_shape[:2]) >= 36:
+      return "nature_cnn"
+    return "minatar_cnn"
+  return "mlp"
+
+
 class QNetwork(nn.Module):
   """Q-values ``[B, A]``, or per-action atom logits ``[B, A, num_atoms]`` when ``num_atoms > 1``.
 
   Attributes:
     num_actions: ``A``.
-    torso: ``"mlp"`` for vector observations, ``"nature_cnn"`` for stacked frames.
-    hidden_sizes: MLP torso sizes.
+    torso: ``"mlp"`` for vector observations, ``"nature_cnn"`` for stacked frames,
+      ``"minatar_cnn"`` for small grids (see ``default_torso``).
+    hidden_sizes: MLP torso sizes; ``"minatar_cnn"`` uses the last as its dense width.
     dueling: value + mean-centred advantage streams (Wang et al. 2016).
     num_atoms: 1 for expected Q-values; > 1 for a categorical (C51) distribution.
     noisy: the head layers (value and advantage streams when dueling) are
@@ -130,8 +162,10 @@ class QNetwork(nn.Module):
       h = MLPTorso(self.hidden_sizes)(obs)
     elif self.torso == "nature_cnn":
       h = NatureCNN()(obs)
+    elif self.torso == "minatar_cnn":
+      h = MinAtarCNN(self.hidden_sizes[-1])(obs)
     else:
-      raise ValueError(f"unknown torso {self.torso!r}; use 'mlp' or 'nature_cnn'.")
+      raise ValueError(f"unknown torso {self.torso!r}; use one of {TORSOS}.")
     a, z = self.num_actions, self.num_atoms
     if self.dueling:
       value = self._head(z, h, deterministic).reshape(-1, 1, z)

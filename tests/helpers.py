@@ -1,4 +1,8 @@
-"""Shared test fixtures for the agent tests: a Box(4) space and random replay-like batches."""
+"""Shared test fixtures: a Box(4) space, random replay-like batches, the experiment scripts."""
+
+import importlib.util
+import sys
+from pathlib import Path
 
 import gymnasium as gym
 import jax
@@ -23,3 +27,15 @@ def random_batch(rng, shape, num_actions=2):
 def host(tree):
   """A host copy (the jitted update donates its input state)."""
   return jax.tree.map(np.array, jax.device_get(tree))
+
+
+def rainbow_module():
+  """experiments/rainbow.py as a module (experiments/ is not a package), loaded once."""
+  name = "jaxasync_experiments_rainbow"
+  if name not in sys.modules:
+    path = Path(__file__).resolve().parents[1] / "experiments" / "rainbow.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclass annotations are resolved through sys.modules
+    spec.loader.exec_module(module)
+  return sys.modules[name]

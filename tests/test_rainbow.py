@@ -1,9 +1,6 @@
 """Tests for noisy nets (NoisyDense, noisy DQN acting and updates) and the Rainbow experiment."""
 
 import dataclasses
-import importlib.util
-import sys
-from pathlib import Path
 
 import chex
 import flax
@@ -12,11 +9,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import BOX4, rainbow_module
+from helpers import host as _host
+from helpers import random_batch as _random_batch
 
-from jaxasync import ConfigError, DQN, DQNConfig, restore_checkpoint, save_checkpoint
+from jaxasync import DQN, ConfigError, DQNConfig, restore_checkpoint, save_checkpoint
 from jaxasync.networks import NoisyDense, QNetwork, factorized_noise, factorized_noise_scale
-
-from helpers import BOX4, host as _host, random_batch as _random_batch
 
 
 def _agent(num_actions=2, **config):
@@ -260,18 +258,8 @@ def test_bad_sigma0_is_rejected():
 
 
 # --- experiments/rainbow.py -------------------------------------------------------------
-def _rainbow_module():
-  path = Path(__file__).resolve().parents[1] / "experiments" / "rainbow.py"
-  if "jaxasync_experiments_rainbow" not in sys.modules:
-    spec = importlib.util.spec_from_file_location("jaxasync_experiments_rainbow", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-  return sys.modules["jaxasync_experiments_rainbow"]
-
-
 def test_rainbow_cartpole_preset_has_every_component():
-  rb = _rainbow_module()
+  rb = rainbow_module()
   args = rb.parse([])
   a = args.agent
   assert args.preset == "cartpole" and args.env_id == "CartPole-v1"
@@ -282,7 +270,7 @@ def test_rainbow_cartpole_preset_has_every_component():
 
 
 def test_rainbow_flags_switch_components_off():
-  rb = _rainbow_module()
+  rb = rainbow_module()
   args = rb.parse(["--no-noisy", "--n-step", "1", "--no-dueling", "--num-atoms", "1",
                    "--no-prioritized", "--no-double-q", "--mode", "sync"])
   a = args.agent
@@ -295,7 +283,7 @@ def test_rainbow_flags_switch_components_off():
 
 
 def test_rainbow_atari_preset():
-  rb = _rainbow_module()
+  rb = rainbow_module()
   args = rb.parse(["--preset", "atari"])
   a = args.agent
   assert (a.learning_rate, a.adam_eps, a.batch_size, a.num_atoms) == (6.25e-5, 1.5e-4, 32, 51)
@@ -320,7 +308,7 @@ def test_rainbow_atari_preset():
 @pytest.mark.slow
 def test_rainbow_cartpole_learns(tmp_path):
   """The CartPole preset (all six components) reaches an evaluation of 475 (within ~60 s)."""
-  rb = _rainbow_module()
+  rb = rainbow_module()
   args = rb.parse(["--mode", "sync", "--target-eval-reward", "475", "--no-progress",
                    "--save-interval", "0", "--max-env-steps", "30000", "--duration", "60",
                    "--logdir", str(tmp_path)])

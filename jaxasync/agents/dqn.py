@@ -30,8 +30,8 @@ import numpy as np
 import optax
 import rlax
 
-from jaxasync.envs import ConfigError, check_discrete_q_spaces, obs_is_image
-from jaxasync.networks import QNetwork
+from jaxasync.envs import ConfigError, check_discrete_q_spaces
+from jaxasync.networks import TORSOS, QNetwork, default_torso
 from jaxasync.types import Transition
 
 PyTree = Any
@@ -42,7 +42,11 @@ class DQNConfig:
   """Hyperparameters of the DQN learner and its epsilon-greedy policy.
 
   Attributes:
-    hidden_sizes: MLP torso sizes (vector observations).
+    torso: ``"auto"`` (``networks.default_torso``: Nature CNN for Atari frame stacks,
+      MinAtar CNN for small grids, MLP for vectors), or ``"mlp"``, ``"nature_cnn"``,
+      ``"minatar_cnn"``.
+    hidden_sizes: MLP torso sizes (vector observations); the MinAtar CNN's dense width is
+      the last one.
     learning_rate: Adam step size.
     adam_eps: Adam epsilon.
     max_grad_norm: global-norm gradient clipping.
@@ -61,6 +65,7 @@ class DQNConfig:
     noisy_sigma0: initial noise scale ``sigma0`` of the noisy layers (0.5 in Rainbow).
   """
 
+  torso: str = "auto"
   hidden_sizes: Sequence[int] = (64, 64)
   learning_rate: float = 1e-3
   adam_eps: float = 1e-8
@@ -82,6 +87,10 @@ class DQNConfig:
   noisy_sigma0: float = 0.5
 
   def validate(self) -> None:
+    if self.torso not in ("auto", *TORSOS):
+      raise ConfigError(f"torso must be 'auto' or one of {TORSOS}, got {self.torso!r}.")
+    if not self.hidden_sizes:
+      raise ConfigError("hidden_sizes must name at least one layer width, e.g. (64, 64).")
     if self.batch_size < 1:
       raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}.")
     if not 0.0 < self.tau <= 1.0:
@@ -144,7 +153,8 @@ class DQN:
     self.num_actions = int(action_space.n)
     self.network = QNetwork(
         num_actions=self.num_actions,
-        torso="nature_cnn" if obs_is_image(obs_space) else "mlp",
+        torso=(default_torso(obs_space.shape, obs_space.dtype) if config.torso == "auto"
+               else config.torso),
         hidden_sizes=tuple(config.hidden_sizes), dueling=config.dueling,
         num_atoms=config.num_atoms, noisy=config.noisy, sigma0=config.noisy_sigma0)
     self.optimizer = optax.chain(

@@ -1,0 +1,135 @@
+"""MinAtarEnvFactory, the MinAtar torso and its automatic choice, and the Rainbow minatar preset."""
+
+import dataclasses
+import pickle
+
+import chex
+import jax
+import numpy as np
+import pytest
+
+pytest.importorskip("minatar")
+
+from helpers import rainbow_module  # noqa: E402
+
+import jaxasync as ja  # noqa: E402
+from jaxasync.envs import ConfigError, spaces_of  # noqa: E402
+from jaxasync.networks import MinAtarCNN, QNetwork, default_torso  # noqa: E402
+
+
+def test_breakout_observations_and_spaces():
+  factory = ja.MinAtarEnvFactory("MinAtar/Breakout-v1")
+  assert pickle.loads(pickle.dumps(factory)) == factory  # actor processes rebuild it
+  env = factory(3, seed=0)
+  try:
+    assert env.metadata["autoreset_mode"].name == "NEXT_STEP"
+    assert env.single_observation_space.shape == (10, 10, 4)
+    assert env.single_action_space.n == 3  # -v1: the minimal action set
+    obs, _ = env.reset()
+    assert obs.shape == (3, 10, 10, 4) and obs.dtype == np.bool_
+    assert obs[:, :, :, 0].sum() == 3  # one paddle cell per env (channel 0: paddle)
+  finally:
+    env.close()
+
+
+def _trajectory(factory, seed, steps=200):
+  env = factory(2, seed=seed)
+  rng = np.random.default_rng(0)
+  try:
+    out = [env.reset()[0]]
+    for _ in range(steps):
+      out.append(env.step(rng.integers(0, 3, size=2))[0])
+    return np.stack(out)
+  finally:
+    env.close()
+
+
+def test_seed_fixes_the_trajectory():
+  factory = ja.MinAtarEnvFactory("MinAtar/Breakout-v1")
+  np.testing.assert_array_equal(_trajectory(factory, 4), _trajectory(factory, 4))
+  assert not np.array_equal(_trajectory(factory, 4), _trajectory(factory, 5))
+
+
+def test_max_episode_steps_truncates():
+  """Freeway never terminates before 2500 steps, so 7 steps end in a truncation at step 7,
+  then gymnasium's NEXT_STEP autoreset step, then a new episode."""
+  env = ja.MinAtarEnvFactory("MinAtar/Freeway-v1", max_episode_steps=7)(1, seed=0)
+  try:
+    env.reset()
+    flags = [env.step(np.array([0]))[2:4] for _ in range(16)]
+    terminated = np.array([f[0][0] for f in flags])
+    truncated = np.array([f[1][0] for f in flags])
+    assert not terminated.any()
+    np.testing.assert_array_equal(np.flatnonzero(truncated), [6, 14])
+  finally:
+    env.close()
+
+
+def test_bad_ids_are_config_errors():
+  with pytest.raises(ConfigError, match="not a MinAtar id"):
+    ja.MinAtarEnvFactory("CartPole-v1")
+  with pytest.raises(ConfigError, match="unknown MinAtar id"):
+    ja.MinAtarEnvFactory("MinAtar/Pong-v1")(1)
+  with pytest.raises(ConfigError, match="sticky_action_prob"):
+    ja.MinAtarEnvFactory(sticky_action_prob=1.5)
+  with pytest.raises(ConfigError, match="MinAtarEnvFactory"):
+    ja.check_env_id("MinAtar/Tetris-v1")  # an unknown id points to the right factory
+
+
+def test_default_torso():
+  assert default_torso((84, 84, 4), np.uint8) == "nature_cnn"
+  assert default_torso((10, 10, 4), np.bool_) == "minatar_cnn"
+  assert default_torso((10, 10, 4), np.uint8) == "minatar_cnn"  # too small for Nature's convs
+  assert default_torso((4,), np.float32) == "mlp"
+  with pytest.raises(ConfigError, match="torso"):
+    ja.DQNConfig(torso="resnet").validate()
+
+
+def test_minatar_cnn_matches_a_numpy_reference():
+  """3x3 SAME convolution (16 filters), ReLU, flatten, dense, ReLU, computed by hand."""
+  rng = np.random.default_rng(0)
+  obs = rng.random((2, 10, 10, 4)) < 0.3
+  net = MinAtarCNN(hidden=8)
+  params = net.init(jax.random.PRNGKey(0), obs)["params"]
+  k = np.asarray(params["Conv_0"]["kernel"])  # [3, 3, 4, 16]
+  b = np.asarray(params["Conv_0"]["bias"])
+  padded = np.pad(obs.astype(np.float32), ((0, 0), (1, 1), (1, 1), (0, 0)))
+  conv = np.zeros((2, 10, 10, 16), np.float32)
+  for i in range(10):
+    for j in range(10):
+      conv[:, i, j] = np.einsum("bhwc,hwcf->bf", padded[:, i:i + 3, j:j + 3], k) + b
+  h = np.maximum(conv, 0).reshape(2, -1)
+  expected = np.maximum(h @ np.asarray(params["Dense_0"]["kernel"])
+                        + np.asarray(params["Dense_0"]["bias"]), 0)
+  np.testing.assert_allclose(net.apply({"params": params}, obs), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_dqn_on_minatar_picks_the_minatar_torso():
+  obs_space, action_space = spaces_of(ja.MinAtarEnvFactory("MinAtar/SpaceInvaders-v1"))
+  agent = ja.DQN(ja.DQNConfig(hidden_sizes=(32,), num_atoms=5, dueling=True), obs_space,
+                 action_space)
+  assert agent.network.torso == "minatar_cnn"
+  state = agent.init(jax.random.PRNGKey(0))
+  assert "MinAtarCNN_0" in state.params["params"]
+  logits = agent.network.apply(state.params, np.zeros((3, 10, 10, 6), bool))
+  chex.assert_shape(logits, (3, action_space.n, 5))
+  mlp = QNetwork(num_actions=4, torso="mlp", hidden_sizes=(8,))
+  assert "MLPTorso_0" in mlp.init(jax.random.PRNGKey(0), np.zeros((1, 10, 10, 6)))["params"]
+
+
+def test_rainbow_minatar_preset_runs_end_to_end(tmp_path):
+  rb = rainbow_module()
+  args = rb.parse(["--preset", "minatar"])
+  a = args.agent
+  assert (a.learning_rate, a.adam_eps, a.batch_size, a.num_atoms) == (1e-4, 3.125e-4, 32, 51)
+  assert (a.v_min, a.v_max, a.noisy, a.dueling, a.reward_clip) == (-100.0, 100.0, True, True, 0)
+  assert (args.n_step, args.replay_capacity, args.warmup_period, args.opt_interval) == (
+      3, 100_000, 1_000, 4.0)
+  assert a.target_update_period * args.opt_interval == 1_000  # env steps per target copy
+  args = dataclasses.replace(
+      args, mode="sync", max_opts=40, warmup_period=200, replay_capacity=500, eval_interval=20,
+      eval_episodes=1, save_interval=0, progress=False, logdir=str(tmp_path))
+  summary = rb.main(args)
+  assert summary["opt_steps"] == 40
+  assert summary["env_steps"] >= 200 + 4 * 40 - 16  # warm-up, then 4 env steps per SGD step
+  assert len(summary["evals"]) == 2 and (tmp_path / "summary.json").exists()
