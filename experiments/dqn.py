@@ -78,21 +78,24 @@ def trainer_config(args: Args) -> ja.TrainerConfig:
                           **{n: getattr(args, n) for n in names if hasattr(args, n)})
 
 
+def default_envs(args: Args) -> tuple[Any, Any]:
+  """(training, evaluation) env factories for --env-id / --eval-env-id: ``MinAtarEnvFactory``
+  for MinAtar ids, else ``EnvFactory`` (checked, so a bad id fails here with the fix)."""
+  ids = args.env_id, args.eval_env_id or args.env_id
+  if is_minatar_id(args.env_id):
+    return tuple(ja.MinAtarEnvFactory(i) for i in ids)
+  for i in ids:
+    ja.check_env_id(i)
+  return tuple(ja.EnvFactory(i) for i in ids)
+
+
 def run(args: Args, title: str, make_replay: Callable[[ja.DQN], Any] | None = None,
         envs: tuple[Any, Any] | None = None) -> dict:
   """Builds envs, agent and recorders from ``args`` and trains sync or async; prints where
   everything went. ``make_replay(agent)`` may return a replay to use instead of a uniform one;
-  ``envs`` = (training, evaluation) env factories instead of ``EnvFactory(--env-id)``."""
+  ``envs`` = (training, evaluation) env factories instead of ``default_envs(args)``."""
   mode = default_mode() if args.mode == "auto" else args.mode
-  if envs is None:
-    ids = args.env_id, args.eval_env_id or args.env_id
-    if is_minatar_id(args.env_id):
-      envs = tuple(ja.MinAtarEnvFactory(i) for i in ids)
-    else:
-      for i in ids:
-        ja.check_env_id(i)
-      envs = tuple(ja.EnvFactory(i) for i in ids)
-  env, eval_env = envs
+  env, eval_env = envs if envs is not None else default_envs(args)
   config = trainer_config(args)
   obs_space, action_space = ja.envs.spaces_of(env)
   agent = ja.DQN(args.agent, obs_space, action_space, args.env_id)

@@ -31,6 +31,7 @@ import tyro
 
 import jaxasync as ja
 from jaxasync.atari import AtariEnvFactory, is_atari_id
+from jaxasync.minatar import is_minatar_id
 from jaxasync.replay.frames import FrameReplayBuffer, PrioritizedFrameReplayBuffer
 from jaxasync.types import transition_example
 
@@ -69,12 +70,15 @@ class Args(dqn_experiment.Args):
   logdir: str = "runs/rainbow"
   atari_backend: Literal["gymnasium", "ale_vector", "envpool"] = "gymnasium"
   """Atari ids only: 'gymnasium' (AtariPreprocessing + FrameStackObservation in a
-  SyncVectorEnv), 'ale_vector' (ale-py's native threaded vector env, same preprocessing) or
-  'envpool' (envpool's AtariEnvPool, the same C++ pipeline; pip install 'jaxasync[envpool]')."""
+  SyncVectorEnv), 'ale_vector' (ale-py's native threaded vector env; no --episodic-life) or
+  'envpool' (envpool's threaded AtariEnvPool; pip install 'jaxasync[envpool]'). Their small
+  differences are tabulated in jaxasync/atari.py."""
   episodic_life: bool = False
-  """Atari ids only: training episodes end at each life loss (evaluation plays full games)."""
+  """Atari ids only: training episodes end at each life loss, so the training returns logged
+  are per life; evaluation plays full games."""
   sticky_actions: bool = True
-  """Atari ids only: repeat the previous action with probability 0.25 (the -v5 default)."""
+  """Atari and MinAtar ids: repeat the previous action with probability 0.25 (Atari's -v5
+  default) or 0.1 (MinAtar's); --no-sticky-actions: never."""
   agent: Annotated[ja.DQNConfig, tyro.conf.OmitArgPrefixes] = dataclasses.field(
       default_factory=ja.DQNConfig)
   """the agent: --noisy/--no-noisy, --dueling/--no-dueling, --num-atoms (1: expected Q),
@@ -118,13 +122,17 @@ def atari_preset() -> Args:
 
 
 def minatar_preset() -> Args:
-  """Rainbow on MinAtar (Obando-Ceron & Castro 2021's "Revisiting Rainbow" settings).
+  """Rainbow on MinAtar: Obando-Ceron & Castro 2021's ("Revisiting Rainbow") hyperparameters
+  on MinAtar's reference network.
 
-  Adam 1e-4 (eps 3.125e-4), batch 32, 3-step returns, replay 100k, warmup 1k env steps, one
-  SGD step per 4 env steps, target copy every 1000 env steps = 250 SGD steps, C51 over
-  [-100, 100] (MinAtar rewards are unclipped), noisy dueling head. 10M env steps = 2.5M SGD
-  steps. MinAtar observations are 10x10 grids, so the replay is the plain (prioritized)
-  one: ~800 bytes per transition with obs and next_obs.
+  From Revisiting Rainbow: Adam 1e-4 (eps 3.125e-4), batch 32, 3-step returns, replay
+  100k, warmup 1k env steps, one SGD step per 4 env steps, target copy every 1000 env steps
+  = 250 SGD steps, C51 with 51 atoms over [-100, 100], noisy dueling head; 10M env steps =
+  2.5M SGD steps. Ours, not theirs: the torso is MinAtar's reference network (Young & Tian:
+  conv 3x3x16 VALID + dense 128, ``MinAtarCNN``), which Revisiting Rainbow's own MinAtar
+  network need not match, and episodes are truncated at 27k steps (``MinAtarEnvFactory``;
+  they used no cap). MinAtar observations are 10x10 grids, so the replay is the plain
+  (prioritized) one: ~800 bytes per transition with obs and next_obs.
   """
   agent = ja.DQNConfig(
       hidden_sizes=(128,), learning_rate=1e-4, adam_eps=3.125e-4, batch_size=32,
@@ -181,14 +189,31 @@ def atari_factories(args: Args) -> tuple[AtariEnvFactory, AtariEnvFactory]:
                                     episodic_life=False)
 
 
-def main(args: Args) -> dict:
-  if is_atari_id(args.eval_env_id or "") and not is_atari_id(args.env_id):
+def env_factories(args: Args) -> tuple:
+  """(training, evaluation) env factories: Atari's from the Atari flags, MinAtar's with
+  --no-sticky-actions honoured, anything else ``dqn.default_envs``. Atari-only flags on a
+  non-Atari id are errors rather than silently ignored."""
+  if is_atari_id(args.env_id):
+    return atari_factories(args)
+  if is_atari_id(args.eval_env_id or ""):
     raise ja.ConfigError(f"--eval-env-id {args.eval_env_id!r} is an Atari id but --env-id "
                          f"{args.env_id!r} is not; evaluate on the kind of env you train on.")
+  if args.episodic_life or args.atari_backend != "gymnasium":
+    raise ja.ConfigError(f"--episodic-life and --atari-backend apply to Atari ids only, not "
+                         f"{args.env_id!r}; drop them.")
+  train, evaluate = dqn_experiment.default_envs(args)
+  if not args.sticky_actions:
+    if not is_minatar_id(args.env_id):
+      raise ja.ConfigError(f"--no-sticky-actions applies to Atari and MinAtar ids only, not "
+                           f"{args.env_id!r}; drop it.")
+    train, evaluate = (dataclasses.replace(f, sticky_action_prob=0.0) for f in (train, evaluate))
+  return train, evaluate
+
+
+def main(args: Args) -> dict:
   return dqn_experiment.run(
       args, f"Rainbow ({components(args)}), preset {args.preset}",
-      make_replay=lambda agent: make_replay(args, agent),
-      envs=atari_factories(args) if is_atari_id(args.env_id) else None)
+      make_replay=lambda agent: make_replay(args, agent), envs=env_factories(args))
 
 
 if __name__ == "__main__":

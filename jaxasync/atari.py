@@ -7,31 +7,42 @@ same observations: ``[num_envs, 84, 84, 4]`` uint8, the 4 most recent max-pooled
 grayscale frames stacked on the LAST axis (HWC, what ``NatureCNN`` takes), newest last.
 
 Preprocessing (Machado et al. 2018 / Dopamine): 4 emulator frames per agent step with
-the max over the last two, 84x84 grayscale (``cv2.INTER_AREA``), up to ``noop_max``
-no-op actions after each reset, sticky actions (``repeat_action_probability=0.25``, the
-``-v5`` default), the game's full length capped at 108k emulator frames (a truncation).
-Rewards are NOT clipped here: ``DQNConfig.reward_clip`` clips them in the loss, so
-episode returns stay the game score.
+the max over the last two, 84x84 grayscale (``cv2.INTER_AREA``), a random number of no-op
+emulator frames (at most ``noop_max``) after each reset, sticky actions
+(``repeat_action_probability=0.25``, the ``-v5`` default), the game's full length capped at
+108k emulator frames (a truncation). Rewards are NOT clipped here: ``DQNConfig.reward_clip``
+clips them in the loss, so episode returns stay the game score.
 
-Backends:
+Backends. They share the observation contract and the preprocessing above, and differ in
+these details (each measured; ``FrameReplayBuffer`` stores whatever a reset stack holds,
+so its stacks match what the actor saw on every backend):
+
+============================  ==================  ===================  ==================
+detail                        ``gymnasium``       ``ale_vector``       ``envpool``
+============================  ==================  ===================  ==================
+reset stack's older frames    the reset frame     zero frames          the reset frame
+no-op frames after a reset    1..noop_max         0..noop_max-1        1..noop_max (>= 1)
+reset after a life loss       one no-op step,     refused (restarts    1..noop_max no-op
+(``episodic_life``)           stack re-padded     the game)            frames, stack goes on
+no-op frames count toward     yes                 no                   no
+the 108k-frame cap
+``reset(seed=s)``             reseeds             reseeds              rebuilds the pool
+============================  ==================  ===================  ==================
+
   * ``"gymnasium"``: ``gymnasium.make(env_id, frameskip=1)`` + ``AtariPreprocessing`` +
     (``EpisodicLife``) + ``FrameStackObservation``, in a ``SyncVectorEnv`` (or
     ``AsyncVectorEnv`` with ``vectorization_mode="async"``). The reference pipeline.
   * ``"ale_vector"``: ale-py's native ``AtariVectorEnv`` (envpool's Atari engine, moved
-    into ALE): the same preprocessing in C++ threads; 1.5-2x the gymnasium backend's
-    frames/s on one core here, and it spreads over cores. It pads the stack of a reset
-    observation with zero frames where ``FrameStackObservation`` repeats the reset
-    frame. Otherwise the frames are the same: with ``noop_max=0`` and no sticky actions
-    both backends returned identical frames over 60 steps of Breakout (with them, the
-    two draw their random no-ops and repeats from different generators).
+    into ALE), in C++ threads. With ``noop_max=0`` and no sticky actions it returned the
+    gymnasium backend's frames over 60 steps of Breakout, bar the zero padding.
     ``episodic_life`` is refused: ale-py 0.12.1's vector env restarts the whole game at
     every life loss (measured: lives go 5, 4, 5, 4, ...).
-  * ``"envpool"``: envpool's ``AtariEnvPool`` (``pip install 'jaxasync[envpool]'``), the
-    same C++ pipeline as ``ale_vector`` with envpool's own ROM copies. It seeds at
-    construction (``reset(seed=...)`` cannot reseed it, so ``__call__`` builds it with the
-    seed) and its no-op reset draws 1..``noop_max`` frames: ``noop_max=0`` becomes one no-op
-    frame, its minimum (envpool crashes on 0). The reset stack repeats the reset frame, as
-    the gymnasium backend does.
+  * ``"envpool"``: envpool's ``AtariEnvPool`` (``pip install 'jaxasync[envpool]'``), in C++
+    threads, with envpool's own ROM copies. ``noop_max=0`` becomes 1 (envpool crashes on
+    0). With ``noop_max=1`` and no sticky actions it returns the gymnasium backend's
+    frames and rewards exactly (tested). Seeds must fit envpool's int32.
+
+``scripts/bench_atari.py`` measures the three side by side.
 """
 
 from __future__ import annotations
@@ -148,7 +159,8 @@ class AtariEnvFactory:
       ``EpisodicLife``). Use it for training only; evaluate on full games.
     sticky_actions: repeat the previous action with probability 0.25 at every emulator
       frame (Machado et al. 2018's stochasticity, the ``-v5`` default); ``False``: 0.
-    noop_max: at most this many no-op agent steps after each reset (0: none).
+    noop_max: at most this many no-op emulator frames after each reset (0: none; see the
+      module docstring for each backend's exact draw).
     frame_skip: emulator frames per agent step (the last two are max-pooled).
     frame_stack: frames per observation, ``K``.
     screen_size: side of the square resized frame.
@@ -270,7 +282,9 @@ class AtariEnvFactory:
     return _VectorStackLast(env)
 
   def _threads(self, num_envs: int) -> int:
-    return self.num_threads or min(num_envs, os.cpu_count() or 1)
+    # The cores this process may run on (an actor pinned to one core gets one thread).
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return self.num_threads or min(num_envs, cores or 1)
 
   def _envpool(self, num_envs: int, seed: int | None) -> gym.vector.VectorEnv:
     try:
@@ -283,32 +297,47 @@ class AtariEnvFactory:
     if task_id not in envpool.list_all_envs():
       raise ConfigError(f"envpool has no Atari task {task_id!r} (from env id {self.env_id!r}); "
                         "pass an id like 'ALE/Pong-v5'.")
-    if seed is None:  # envpool needs an int seed: draw one from OS entropy
-      seed = int(np.random.SeedSequence().generate_state(1)[0] >> 1)
-    env = envpool.make(
-        task_id, env_type="gymnasium", num_envs=num_envs, seed=seed,
-        num_threads=self._threads(num_envs),
-        # envpool counts agent steps; the game's cap is in emulator frames.
-        max_episode_steps=max(1, self.max_episode_frames // self.frame_skip),
-        img_height=self.screen_size, img_width=self.screen_size, gray_scale=True,
-        stack_num=self.frame_stack, frame_skip=self.frame_skip,
-        noop_max=max(1, self.noop_max),  # envpool's minimum (it crashes on 0), see module doc
-        episodic_life=self.episodic_life,
-        repeat_action_probability=self.repeat_action_probability,
-        full_action_space=self.full_action_space,
-        reward_clip=False,  # clipped in the loss (DQNConfig.reward_clip)
-        use_fire_reset=False)  # as the other backends
-    return _EnvPoolStackLast(env)
+
+    def make(seed: int | None):
+      max_seed = 2**31 - num_envs  # sub-env i gets seed + i, an int32 in envpool
+      if seed is None:  # envpool needs an int seed: draw one from OS entropy
+        seed = int(np.random.SeedSequence().generate_state(1)[0]) % max_seed
+      if not 0 <= seed < max_seed:
+        raise ConfigError(f"backend='envpool' takes seeds in [0, 2**31 - num_envs), got {seed}; "
+                          "pass a smaller seed.")
+      return envpool.make(
+          task_id, env_type="gymnasium", num_envs=num_envs, seed=seed,
+          num_threads=self._threads(num_envs),
+          # envpool counts agent steps; the cap is in emulator frames (rounded up, as an
+          # agent step that crosses the cap ends the episode in the other backends).
+          max_episode_steps=-(-self.max_episode_frames // self.frame_skip),
+          img_height=self.screen_size, img_width=self.screen_size, gray_scale=True,
+          stack_num=self.frame_stack, frame_skip=self.frame_skip,
+          noop_max=max(1, self.noop_max),  # envpool's minimum (it crashes on 0)
+          episodic_life=self.episodic_life,
+          repeat_action_probability=self.repeat_action_probability,
+          full_action_space=self.full_action_space,
+          reward_clip=False,  # clipped in the loss (DQNConfig.reward_clip)
+          use_fire_reset=False)  # as the other backends
+
+    return _EnvPoolStackLast(make, seed)
 
 
 class _EnvPoolStackLast(_VectorStackLast):
   """``_VectorStackLast`` for envpool, whose seed is fixed at construction.
 
-  ``reset(seed=...)`` drops the seed (envpool would ignore it with a warning per call):
-  the factory already built the env with it.
+  ``reset(seed=s)`` rebuilds the pool with ``s`` (envpool itself ignores a reset seed), so
+  a seeded reset reproduces a trajectory as on the other backends; ``reset()`` continues.
   """
 
+  def __init__(self, make, seed: int | None):
+    super().__init__(make(seed))
+    self._make = make
+
   def reset(self, *, seed=None, options=None):
+    if seed is not None:
+      self.env.close()
+      self.env = self._make(seed)
     return super().reset(options=options)
 
 

@@ -9,7 +9,7 @@ without an accelerator (Obando-Ceron & Castro 2021, "Revisiting Rainbow").
 rebuild the env from it): ``__call__(num_envs, seed)`` returns a gymnasium ``SyncVectorEnv``
 in ``NEXT_STEP`` autoreset mode with observations ``[num_envs, 10, 10, C]`` bool (C: 4
 Breakout and Asterix, 6 SpaceInvaders, 7 Freeway, 10 Seaquest). ``DQNConfig(torso="auto")``
-picks ``MinAtarCNN`` for them.
+picks ``MinAtarCNN`` (MinAtar's reference network) for them.
 """
 
 from __future__ import annotations
@@ -36,6 +36,19 @@ def _register_minatar() -> None:
     minatar.gym.register_envs()
 
 
+class _ForgetLastAction(gym.Wrapper):
+  """Clears MinAtar's sticky-action memory at reset.
+
+  ``minatar.Environment`` keeps ``last_action`` across resets, so the first step of an
+  episode may repeat the previous episode's last action, and ``reset(seed=s)`` would not
+  reproduce a trajectory. A new episode starts as a fresh env does, from action 0.
+  """
+
+  def reset(self, *, seed=None, options=None):
+    self.env.unwrapped.game.last_action = 0
+    return self.env.reset(seed=seed, options=options)
+
+
 def is_minatar_id(env_id: str) -> bool:
   """Whether ``env_id`` names a MinAtar game (``"MinAtar/Breakout-v1"``)."""
   return env_id.startswith("MinAtar/")
@@ -52,8 +65,9 @@ class MinAtarEnvFactory:
       (MinAtar's default 0.1).
     difficulty_ramping: games speed up as the agent progresses (MinAtar's default).
     max_episode_steps: steps after which an episode is truncated (bootstrapped, not a
-      terminal); MinAtar games other than Freeway can otherwise last forever for a good
-      agent. ``None``: no limit.
+      terminal, so learning targets are unaffected); it bounds evaluation episodes, since
+      MinAtar games other than Freeway can last forever for a good agent. Revisiting
+      Rainbow used no cap; ``None``: no limit.
   """
 
   env_id: str = "MinAtar/Breakout-v1"
@@ -76,16 +90,15 @@ class MinAtarEnvFactory:
     if self.env_id not in gym.registry:
       raise ConfigError(f"unknown MinAtar id {self.env_id!r}: use 'MinAtar/<Game>-v1' with "
                         f"<Game> one of {GAMES}.")
-    return gym.make(self.env_id, max_episode_steps=self.max_episode_steps,
-                    sticky_action_prob=self.sticky_action_prob,
-                    difficulty_ramping=self.difficulty_ramping)
+    return _ForgetLastAction(gym.make(
+        self.env_id, max_episode_steps=self.max_episode_steps,
+        sticky_action_prob=self.sticky_action_prob, difficulty_ramping=self.difficulty_ramping))
 
   def __call__(self, num_envs: int, seed: int | None = None) -> gym.vector.VectorEnv:
     """A ``SyncVectorEnv`` of ``num_envs`` sub-envs (``NEXT_STEP``), sub-env ``i`` seeded
     ``seed + i`` (its sticky actions and the game's randomness)."""
     if num_envs < 1:
       raise ConfigError(f"num_envs must be >= 1, got {num_envs}.")
-    self.make_single().close()  # fails early, in the caller, on a bad id
     env = gym.vector.SyncVectorEnv([self.make_single] * num_envs,
                                    autoreset_mode=AutoresetMode.NEXT_STEP)
     env.reset(seed=seed)

@@ -96,10 +96,11 @@ class NatureCNN(nn.Module):
 
 
 class MinAtarCNN(nn.Module):
-  """The MinAtar torso (Young & Tian 2019): small grids ``[B, 10, 10, C]`` -> ``[B, hidden]``.
+  """MinAtar's reference torso (Young & Tian 2019): ``[B, 10, 10, C]`` grids -> ``[B, hidden]``.
 
-  One 3x3 convolution with 16 filters (stride 1, same padding), then a dense layer. The
-  observations are 0/1 channels (bool), so they are cast, not rescaled.
+  One 3x3 convolution with 16 filters (stride 1, no padding: ``[B, 8, 8, 16]``), then one
+  dense layer of ``hidden`` units. The observations are 0/1 channels (bool), so they are
+  cast, not rescaled.
   """
 
   hidden: int = 128
@@ -107,7 +108,7 @@ class MinAtarCNN(nn.Module):
   @nn.compact
   def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
     x = obs.astype(jnp.float32)
-    x = nn.relu(nn.Conv(16, (3, 3), strides=(1, 1), padding="SAME")(x))
+    x = nn.relu(nn.Conv(16, (3, 3), strides=(1, 1), padding="VALID")(x))
     x = x.reshape(x.shape[0], -1)
     return nn.relu(nn.Dense(self.hidden)(x))
 
@@ -116,13 +117,16 @@ TORSOS = ("mlp", "nature_cnn", "minatar_cnn")
 
 
 def default_torso(obs_shape: Sequence[int], obs_dtype) -> str:
-  """The torso for an observation: ``"nature_cnn"`` for uint8 frame stacks of at least 36x36
-  pixels (its three VALID convolutions need that), ``"minatar_cnn"`` for other ``[H, W, C]``
-  grids, ``"mlp"`` for everything else."""
+  """The torso for one observation of shape ``obs_shape``: ``"minatar_cnn"`` for small
+  ``[H, W, C]`` grids (H, W <= 16, as MinAtar's 10x10), ``"nature_cnn"`` for uint8 frame
+  stacks of at least 36x36 (its three VALID convolutions need that), ``"mlp"`` for anything
+  else (set ``DQNConfig.torso`` to override)."""
   if len(obs_shape) == 3:
-    if obs_dtype == jnp.uint8 and min(obs_shape[:2]) >= 36:
+    h, w = obs_shape[:2]
+    if 3 <= h <= 16 and 3 <= w <= 16:
+      return "minatar_cnn"
+    if obs_dtype == jnp.uint8 and min(h, w) >= 36:
       return "nature_cnn"
-    return "minatar_cnn"
   return "mlp"
 
 

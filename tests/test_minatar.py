@@ -50,6 +50,22 @@ def test_seed_fixes_the_trajectory():
   assert not np.array_equal(_trajectory(factory, 4), _trajectory(factory, 5))
 
 
+def test_seeded_reset_of_a_used_env_reproduces_the_trajectory():
+  """MinAtar remembers the last action for its sticky actions; a seeded reset forgets it."""
+  env = ja.MinAtarEnvFactory("MinAtar/Breakout-v1", sticky_action_prob=0.5).make_single()
+  try:
+    runs = []
+    for last in (2, 1):
+      env.reset(seed=0)
+      env.step(last)  # leaves a different last action behind
+      obs = [env.reset(seed=9)[0]]
+      obs += [env.step(a)[0] for a in (0, 0, 0, 0, 0, 0)]
+      runs.append(np.stack(obs))
+    np.testing.assert_array_equal(runs[0], runs[1])
+  finally:
+    env.close()
+
+
 def test_max_episode_steps_truncates():
   """Freeway never terminates before 2500 steps, so 7 steps end in a truncation at step 7,
   then gymnasium's NEXT_STEP autoreset step, then a new episode."""
@@ -81,23 +97,25 @@ def test_default_torso():
   assert default_torso((10, 10, 4), np.bool_) == "minatar_cnn"
   assert default_torso((10, 10, 4), np.uint8) == "minatar_cnn"  # too small for Nature's convs
   assert default_torso((4,), np.float32) == "mlp"
+  assert default_torso((84, 84, 4), np.float32) == "mlp"  # not a uint8 frame stack
+  assert default_torso((4, 84, 84), np.uint8) == "mlp"  # channels first: not guessed
   with pytest.raises(ConfigError, match="torso"):
     ja.DQNConfig(torso="resnet").validate()
 
 
 def test_minatar_cnn_matches_a_numpy_reference():
-  """3x3 SAME convolution (16 filters), ReLU, flatten, dense, ReLU, computed by hand."""
+  """3x3 VALID convolution (16 filters), ReLU, flatten, dense, ReLU, computed by hand."""
   rng = np.random.default_rng(0)
   obs = rng.random((2, 10, 10, 4)) < 0.3
   net = MinAtarCNN(hidden=8)
   params = net.init(jax.random.PRNGKey(0), obs)["params"]
   k = np.asarray(params["Conv_0"]["kernel"])  # [3, 3, 4, 16]
   b = np.asarray(params["Conv_0"]["bias"])
-  padded = np.pad(obs.astype(np.float32), ((0, 0), (1, 1), (1, 1), (0, 0)))
-  conv = np.zeros((2, 10, 10, 16), np.float32)
-  for i in range(10):
-    for j in range(10):
-      conv[:, i, j] = np.einsum("bhwc,hwcf->bf", padded[:, i:i + 3, j:j + 3], k) + b
+  x = obs.astype(np.float32)
+  conv = np.zeros((2, 8, 8, 16), np.float32)
+  for i in range(8):
+    for j in range(8):
+      conv[:, i, j] = np.einsum("bhwc,hwcf->bf", x[:, i:i + 3, j:j + 3], k) + b
   h = np.maximum(conv, 0).reshape(2, -1)
   expected = np.maximum(h @ np.asarray(params["Dense_0"]["kernel"])
                         + np.asarray(params["Dense_0"]["bias"]), 0)
@@ -133,3 +151,19 @@ def test_rainbow_minatar_preset_runs_end_to_end(tmp_path):
   assert summary["opt_steps"] == 40
   assert summary["env_steps"] >= 200 + 4 * 40 - 16  # warm-up, then 4 env steps per SGD step
   assert len(summary["evals"]) == 2 and (tmp_path / "summary.json").exists()
+
+
+def test_rainbow_env_flags_reach_minatar_or_are_refused():
+  rb = rainbow_module()
+  train, evaluate = rb.env_factories(rb.parse(["--preset", "minatar", "--no-sticky-actions"]))
+  assert train.sticky_action_prob == evaluate.sticky_action_prob == 0.0
+  train, evaluate = rb.env_factories(rb.parse(["--preset", "minatar"]))
+  assert train.sticky_action_prob == 0.1 and train.env_id == "MinAtar/Breakout-v1"
+  with pytest.raises(ConfigError, match="Atari ids only"):
+    rb.env_factories(rb.parse(["--preset", "minatar", "--episodic-life"]))
+  with pytest.raises(ConfigError, match="Atari ids only"):
+    rb.env_factories(rb.parse(["--preset", "minatar", "--atari-backend", "envpool"]))
+  with pytest.raises(ConfigError, match="no-sticky-actions"):
+    rb.env_factories(rb.parse(["--no-sticky-actions"]))  # CartPole has no sticky actions
+  with pytest.raises(ConfigError, match="not a MinAtar id"):
+    rb.env_factories(rb.parse(["--preset", "minatar", "--eval-env-id", "CartPole-v1"]))
