@@ -10,7 +10,6 @@ import dataclasses
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 from gymnasium.vector import AutoresetMode
 
 
