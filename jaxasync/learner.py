@@ -85,7 +85,8 @@ class Learner:
       beta = None
       if self._beta_anneal_steps > 0:
         beta = linear_beta(self.opt_steps, self._beta_anneal_steps, self._beta0)
-      batch, idx, weights, gens = self.replay.sample(k * b, beta=beta)
+      # k independent stratified batches, each with its own weight normalisation.
+      batch, idx, weights, gens = self.replay.sample(b, beta=beta, num_batches=k)
       weights, where = _split(weights, k, b), (_split(idx, k, b), _split(gens, k, b))
     else:
       batch = self.replay.sample(k * b)

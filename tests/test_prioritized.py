@@ -1,9 +1,13 @@
 """Tests for the sum tree and the prioritized replay buffer."""
 
 import chex
+import gymnasium as gym
+import jax
 import numpy as np
 import pytest
+from helpers import BOX4
 
+from jaxasync import DQN, DQNConfig, Learner, Transition
 from jaxasync.replay.prioritized import PrioritizedReplayBuffer, linear_beta
 from jaxasync.replay.sum_tree import SumTree
 
@@ -241,3 +245,45 @@ def test_linear_beta():
   assert linear_beta(1000, 100, 0.4) == 1.0
   with pytest.raises(ValueError):
     linear_beta(0, 0, 0.4)
+
+
+def test_each_of_k_batches_is_stratified_over_the_whole_buffer():
+  """k batches drawn together are k independent stratified batches: each one spans the
+  buffer (not one age band each) and has its own weight normalisation (max 1)."""
+  replay = PrioritizedReplayBuffer(_example(), 1000, seed=0, alpha=1.0, eps=0.0)
+  replay.add(_chunk(np.arange(1000)))
+  replay.update_priorities(np.arange(1000), np.linspace(0.01, 10.0, 1000),
+                           replay._generation[np.arange(1000)].copy())
+  _, idx, weights, _ = replay.sample(8, beta=1.0, num_batches=4)
+  assert idx.shape == weights.shape == (32,)
+  mass = np.cumsum(np.linspace(0.01, 10.0, 1000))
+  segment = np.searchsorted(mass, mass[-1] * (np.arange(8) + 1) / 8)  # last slot of each stratum
+  for j in range(4):
+    block = idx[8 * j:8 * (j + 1)]
+    # item i of every batch lies in stratum i of the priority mass
+    assert np.all(block <= segment) and np.all(block[1:] >= segment[:-1])  # (a slot may
+    # straddle two strata)
+    assert weights[8 * j:8 * (j + 1)].max() == 1.0
+  # One batch from the same RNG state equals the first block of a k-batch draw.
+  a = PrioritizedReplayBuffer(_example(), 10, seed=3)
+  b = PrioritizedReplayBuffer(_example(), 10, seed=3)
+  for r in (a, b):
+    r.add(_chunk(np.arange(10)))
+  np.testing.assert_array_equal(a.sample_indices(4), b.sample_indices(4, num_batches=3)[:4])
+
+
+def test_learner_gives_every_sgd_step_its_own_prioritized_batch():
+  """The Learner's k x B draw is k stratified batches (each spanning the buffer), not one
+  stratified k*B draw cut into age bands."""
+  example = Transition(obs=np.zeros(4, np.float32), action=np.zeros((), np.int64),
+                       reward=np.zeros((), np.float32), discount=np.zeros((), np.float32),
+                       next_obs=np.zeros(4, np.float32))
+  replay = PrioritizedReplayBuffer(example, 1000, seed=0)
+  replay.add(jax.tree.map(lambda x: np.zeros((1000,) + x.shape, x.dtype), example))
+  agent = DQN(DQNConfig(hidden_sizes=(8,), batch_size=8), BOX4, gym.spaces.Discrete(2))
+  learner = Learner(agent, replay, seed=0, updates_per_call=4, batch_size=8)
+  batch, weights, (idx, _) = learner._sample()
+  assert idx.shape == weights.shape == batch.reward.shape == (4, 8)
+  for j in range(4):  # equal priorities: stratum i of 8 is slots [125 i, 125 (i + 1))
+    np.testing.assert_array_equal(idx[j] // 125, np.arange(8))
+    assert weights[j].max() == 1.0

@@ -160,44 +160,53 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     return int(live.sum())
 
   # --- reading -------------------------------------------------------------
-  def sample_indices(self, batch_size: int) -> np.ndarray:
-    """Slots drawn proportionally to priority, ``[batch_size]`` int64 (stratified)."""
-    if batch_size < 1:
-      raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+  def sample_indices(self, batch_size: int, num_batches: int = 1) -> np.ndarray:
+    """Slots drawn proportionally to priority, ``[num_batches * batch_size]`` int64.
+
+    Each consecutive block of ``batch_size`` is one stratified batch over the whole
+    buffer: one uniform target in each of ``batch_size`` equal segments of the priority
+    mass. (Stratifying all ``num_batches * batch_size`` draws at once would give each
+    block one contiguous range of slots, i.e. one age band of a ring buffer.)
+    """
+    if batch_size < 1 or num_batches < 1:
+      raise ValueError(f"batch_size and num_batches must be >= 1, got {batch_size}, "
+                       f"{num_batches}.")
     if batch_size > self._size:
       raise ValueError(
           f"cannot sample {batch_size} items from a replay holding {self._size}; "
           "wait until warmup fills it (warmup_period >= batch_size).")
-    # One uniform target per equal segment of [0, total): each slot is still
-    # expected B * P(i) times, with lower variance than i.i.d. draws. A target that float error puts at
-    # `total` is clamped by `find` to a positive-mass leaf.
+    # Each slot is still expected B * P(i) times per batch, with lower variance than
+    # i.i.d. draws. A target that float error puts at `total` is clamped by `find` to a
+    # positive-mass leaf.
     segment = self._tree.total / batch_size
-    targets = (np.arange(batch_size) + self._rng.uniform(size=batch_size)) * segment
-    return self._tree.find(targets)
+    u = self._rng.uniform(size=(num_batches, batch_size))
+    return self._tree.find(((np.arange(batch_size) + u) * segment).reshape(-1))
 
-  def sample(self, batch_size: int, beta: float | None = None
+  def sample(self, batch_size: int, beta: float | None = None, num_batches: int = 1
              ) -> tuple[PyTree, np.ndarray, np.ndarray, np.ndarray]:
-    """A prioritized batch with its importance-sampling weights.
+    """``num_batches`` prioritized batches with their importance-sampling weights.
 
     Args:
-      batch_size: the number of items, ``B``.
+      batch_size: the number of items per batch, ``B``.
       beta: importance-sampling exponent; defaults to ``self.beta``.
+      num_batches: ``k`` independent batches (one per SGD step of an update call),
+        concatenated: item ``j * B + i`` is item ``i`` of batch ``j``.
 
     Returns:
       ``(batch, indices, weights, generations)``: the items as a pytree with
-      leading axis ``[B]``; their slots, ``[B]`` int64; the weights
-      ``w_i = (N P(i))^-beta / max_j w_j``, ``[B]`` float32 with max 1 (``N`` is
-      ``len(self)``); the slots' write generations, ``[B]`` int64, to hand back
-      to ``update_priorities``.
+      leading axis ``[k * B]``; their slots, ``[k * B]`` int64; the weights
+      ``w_i = (N P(i))^-beta / max_{j in i's batch} w_j``, ``[k * B]`` float32 with max 1
+      in each batch (``N`` is ``len(self)``); the slots' write generations, ``[k * B]``
+      int64, to hand back to ``update_priorities``.
     """
     beta = self._beta if beta is None else float(beta)
     if not (math.isfinite(beta) and beta >= 0):
       raise ValueError(f"beta must be finite and >= 0, got {beta}.")
-    indices = self.sample_indices(batch_size)
+    indices = self.sample_indices(batch_size, num_batches)
     probs = self._tree.get(indices) / self._tree.total  # > 0: `find` avoids empty leaves
-    weights = (self._size * probs) ** -beta
-    weights /= weights.max()
-    return (self.gather(indices), indices, weights.astype(np.float32),
+    weights = ((self._size * probs) ** -beta).reshape(num_batches, batch_size)
+    weights /= weights.max(axis=1, keepdims=True)
+    return (self.gather(indices), indices, weights.reshape(-1).astype(np.float32),
             self._generation[indices].copy())
 
   # --- checkpointing -------------------------------------------------------
