@@ -47,6 +47,9 @@ class Args:
   """sub-envs of the (sync) training env; async uses --async.envs-per-actor."""
   gamma: float = 0.99
   n_step: int = 1
+  reward_clip: float = 0.0
+  """clip each env reward to [-c, c] before the n-step sum (Atari: 1); 0: none. Episode
+  returns and evaluations stay the game's score."""
   max_opts: int = 50_000
   max_env_steps: int | None = None
   duration: float | None = None

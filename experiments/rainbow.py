@@ -112,8 +112,8 @@ def atari_preset() -> Args:
   agent = ja.DQNConfig(
       learning_rate=6.25e-5, adam_eps=1.5e-4, batch_size=32, double_q=True,
       target_update_period=2_000, dueling=True, num_atoms=51, v_min=-10.0, v_max=10.0,
-      noisy=True, noisy_sigma0=0.5, reward_clip=1.0)
-  return Args(preset="atari", env_id="ALE/Pong-v5", n_step=3, gamma=0.99,
+      noisy=True, noisy_sigma0=0.5)
+  return Args(preset="atari", env_id="ALE/Pong-v5", n_step=3, gamma=0.99, reward_clip=1.0,
               max_opts=12_500_000, warmup_period=20_000, opt_interval=4.0, updates_per_call=1,
               replay_capacity=1_000_000, eval_interval=62_500, eval_episodes=10,
               record_interval=2_500, save_interval=250_000, prioritized=True,

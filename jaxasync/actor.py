@@ -43,6 +43,7 @@ class ActorConfig:
     num_actors: actors in the run (for the schedule estimate).
     cpu: pin the actor to this CPU core (``None``: no pinning).
     step_processor_cls: the learner replay's ``step_processor_cls``.
+    reward_clip: the step processor's per-reward clipping (``TrainerConfig.reward_clip``).
   """
 
   num_envs: int = 8
@@ -54,6 +55,7 @@ class ActorConfig:
   num_actors: int = 1
   cpu: int | None = None
   step_processor_cls: type | None = None  # the replay's; None: jaxasync.StepProcessor
+  reward_clip: float = 0.0
 
 
 @dataclasses.dataclass
@@ -104,7 +106,7 @@ def _actor_loop(actor_id, agent_factory, env_factory, config: ActorConfig, trans
     obs, _ = env.reset(seed=seed)
     action_example = np.asarray(env.single_action_space.sample())
     proc = (config.step_processor_cls or StepProcessor)(
-        config.num_envs, obs[0], action_example, config.n_step, config.gamma)
+        config.num_envs, obs[0], action_example, config.n_step, config.gamma, config.reward_clip)
     proc.reset(obs)
     epsilons = None if config.epsilons is None else np.asarray(config.epsilons)
 

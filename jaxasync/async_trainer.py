@@ -226,7 +226,7 @@ class AsyncTrainer:
       cpu = (1 + i % max(1, cores - 1)) % cores if ac.pin_cpus else None
       configs.append(ActorConfig(ac.envs_per_actor, ac.chunk_steps, config.n_step, config.gamma,
                                  config.seed, eps, ac.num_actors, cpu,
-                                 self.replay.step_processor_cls))
+                                 self.replay.step_processor_cls, config.reward_clip))
     self.inference = None
     if ac.inference_servers > 0:
       self.inference = InferenceServer(

@@ -35,14 +35,19 @@ class StepProcessor:
     action_example: one action (no batch axis) giving shape and dtype.
     n_step: ``n >= 1``.
     gamma: discount in ``[0, 1]``.
+    reward_clip: ``c > 0`` clips each env reward to ``[-c, c]`` before the n-step sum
+      (Atari's reward clipping); ``0``: none. Episode returns stay unclipped.
   """
 
   def __init__(self, num_envs: int, obs_example: np.ndarray, action_example: np.ndarray,
-               n_step: int = 1, gamma: float = 0.99):
+               n_step: int = 1, gamma: float = 0.99, reward_clip: float = 0.0):
     if n_step < 1:
       raise ValueError(f"n_step must be >= 1, got {n_step}.")
     if not 0.0 <= gamma <= 1.0:
       raise ValueError(f"gamma must be in [0, 1], got {gamma}.")
+    if not reward_clip >= 0.0:
+      raise ValueError(f"reward_clip must be >= 0 (0: no clipping), got {reward_clip}.")
+    self.reward_clip = float(reward_clip)
     obs_example = np.asarray(obs_example)
     action_example = np.asarray(action_example)
     self.num_envs, self.n, self.gamma = num_envs, n_step, gamma
@@ -114,7 +119,9 @@ class StepProcessor:
       terminated, truncated = terminated.astype(bool), truncated.astype(bool)
     any_autoreset = self._any_autoreset
     done = terminated | truncated
-    self._ep_return += reward
+    self._ep_return += reward  # the game's score, before clipping
+    if self.reward_clip:
+      reward = np.clip(reward, -self.reward_clip, self.reward_clip)
     if any_autoreset:
       real = ~self._autoreset  # sub-envs whose step is a real transition
       done &= real

@@ -41,6 +41,8 @@ class TrainerConfig:
     eval_epsilon: exploration during evaluation.
     num_envs: sub-envs of the training vector env.
     n_step, gamma: the StepProcessor's n-step returns.
+    reward_clip: ``c > 0`` clips each env reward to ``[-c, c]`` before the n-step sum
+      (Atari); episode returns and evaluations stay the game's score. ``0``: none.
     replay_capacity: transitions kept.
     seed: seeds envs, network init, exploration and replay sampling.
     model_dir: where checkpoints go (``<model_dir>/best``, ``<model_dir>/<opt_steps>``,
@@ -63,6 +65,7 @@ class TrainerConfig:
   num_envs: int = 4
   n_step: int = 1
   gamma: float = 0.99
+  reward_clip: float = 0.0
   replay_capacity: int = 100_000
   seed: int = 0
   model_dir: str | None = None
@@ -73,6 +76,8 @@ class TrainerConfig:
       raise ConfigError(f"n_step must be >= 1, got {self.n_step}.")
     if not 0.0 <= self.gamma <= 1.0:
       raise ConfigError(f"gamma must be in [0, 1], got {self.gamma}.")
+    if not self.reward_clip >= 0.0:
+      raise ConfigError(f"reward_clip must be >= 0 (0: no clipping), got {self.reward_clip}.")
     if batch_size > self.warmup_period:
       raise ConfigError(
           f"batch_size={batch_size} is larger than warmup_period={self.warmup_period}: the "
@@ -246,7 +251,8 @@ class Trainer:
     rng = np.random.default_rng(c.seed + 1)
     obs, _ = self.env.reset(seed=c.seed)
     proc = self.replay.step_processor_cls(
-        c.num_envs, obs[0], np.asarray(self.env.single_action_space.sample()), c.n_step, c.gamma)
+        c.num_envs, obs[0], np.asarray(self.env.single_action_space.sample()), c.n_step, c.gamma,
+        c.reward_clip)
     proc.reset(obs)
     eval_t, record_t, save_t = (IntervalTrigger(c.eval_interval), IntervalTrigger(c.record_interval),
                                 IntervalTrigger(c.save_interval))

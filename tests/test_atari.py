@@ -189,12 +189,12 @@ def test_trainer_runs_pong_end_to_end_with_the_frame_replay():
   factory = AtariEnvFactory("ALE/Pong-v5")
   obs_space, action_space = spaces_of(factory)
   agent = DQN(DQNConfig(batch_size=8, learning_rate=1e-4, num_atoms=11, dueling=True,
-                        noisy=True, reward_clip=1.0, target_update_period=20),
+                        noisy=True, target_update_period=20),
               obs_space, action_space, factory.env_id)
   replay = PrioritizedFrameReplayBuffer(
       transition_example(obs_space, action_space), 150, seed=0, alpha=0.5)
   config = TrainerConfig(max_opts=16, warmup_period=120, opt_interval=4.0, updates_per_call=2,
-                         num_envs=2, n_step=3, replay_capacity=150, eval_interval=0,
+                         num_envs=2, n_step=3, reward_clip=1.0, replay_capacity=150, eval_interval=0,
                          eval_episodes=1, record_interval=0, progress=False)
   summary = Trainer(agent, factory, config, replay=replay).train()
   assert summary["opt_steps"] == 16
@@ -214,10 +214,11 @@ def test_async_rainbow_runs_pong_on_envpool_in_an_actor_process():
   factory = AtariEnvFactory("ALE/Pong-v5", backend="envpool")
   obs_space, action_space = spaces_of(factory)
   agent_config = DQNConfig(batch_size=8, num_atoms=11, dueling=True, noisy=True,
-                           reward_clip=1.0, target_update_period=20)
+                           target_update_period=20)
   replay = PrioritizedFrameReplayBuffer(
       transition_example(obs_space, action_space), 400, seed=0, alpha=0.5)
-  config = TrainerConfig(max_opts=20, warmup_period=100, n_step=3, replay_capacity=400,
+  config = TrainerConfig(max_opts=20, warmup_period=100, n_step=3, reward_clip=1.0,
+                         replay_capacity=400,
                          updates_per_call=2, eval_interval=0, record_interval=0,
                          save_interval=0, progress=False, duration=600)  # a safety net only
   summary, stats = ja.train_async(

@@ -97,14 +97,6 @@ def test_loss_matches_numpy_on_random_params(double_q):
   assert abs(float(unit) - float(loss)) > 1e-4
 
 
-def test_reward_clip():
-  agent = _agent(reward_clip=0.5)
-  batch = HAND_BATCH.replace(reward=np.array([1.0, -1.0, 0.25], np.float32))
-  _, (priority, _) = agent.loss(ONLINE, TARGET, batch, HAND_WEIGHTS)
-  # rewards clipped to [.5, -.5, .25]: td = [.5+.5-1, -.5-4, .25-2]
-  np.testing.assert_allclose(priority, [0.0, 4.5, 1.75], atol=1e-6)
-
-
 # --- C51 -----------------------------------------------------------------------
 SUPPORT = np.array([-1.0, -0.5, 0.0, 0.5, 1.0], np.float32)
 

@@ -137,7 +137,7 @@ def check_buffer(buf, oracle: Oracle, exact: bool = True) -> int:
 
 def run_stream(replay_cls, n: int, k: int = 4, padding: str = "reset", num_actors: int = 2,
                num_envs: int = 3, chunk_steps: int = 3, capacity: int = 53, steps: int = 150,
-               drop_every: int = 0, seed: int = 0):
+               drop_every: int = 0, seed: int = 0, reward_clip: float = 0.0):
   """Feeds ``num_actors`` actors' interleaved chunks to the frame replay, checking after each."""
   envs = [make_env(num_envs, k, padding) for _ in range(num_actors)]
   example = transition_example(envs[0].single_observation_space, envs[0].single_action_space)
@@ -148,8 +148,8 @@ def run_stream(replay_cls, n: int, k: int = 4, padding: str = "reset", num_actor
   for i, env in enumerate(envs):
     obs, _ = env.reset(seed=seed + 100 * i)
     a_ex = np.asarray(env.single_action_space.sample())
-    naive, frames = (StepProcessor(num_envs, obs[0], a_ex, n, GAMMA),
-                     FrameStepProcessor(num_envs, obs[0], a_ex, n, GAMMA))
+    naive, frames = (StepProcessor(num_envs, obs[0], a_ex, n, GAMMA, reward_clip),
+                     FrameStepProcessor(num_envs, obs[0], a_ex, n, GAMMA, reward_clip))
     naive.reset(obs)
     frames.reset(obs)
     actors.append((env, naive, frames, []))
@@ -191,6 +191,15 @@ def test_frame_replay_equals_naive(n, padding):
   assert batch.obs.shape == (len(buf),) + FRAME + (4,) and batch.next_obs.shape == batch.obs.shape
   for i in range(len(buf)):
     assert batch.obs[i].tobytes() in oracle.naive
+
+
+def test_frame_replay_equals_naive_with_reward_clipping():
+  """Clipping each reward before the n-step sum gives the same transitions in both stores
+  (the synthetic rewards, normal + action, often exceed 1); episode returns stay unclipped."""
+  buf, oracle, checked, _ = run_stream(FrameReplayBuffer, 3, reward_clip=1.0)
+  assert checked > 90
+  rewards = np.array([float(t.reward) for t in oracle.naive.values()])
+  assert 1.0 < rewards.max() <= 1.0 + GAMMA + GAMMA**2 + 1e-6  # sums of clipped rewards
 
 
 def test_single_frame_observations_and_n_larger_than_episodes():

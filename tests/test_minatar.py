@@ -140,7 +140,7 @@ def test_rainbow_minatar_preset_runs_end_to_end(tmp_path):
   args = rb.parse(["--preset", "minatar"])
   a = args.agent
   assert (a.learning_rate, a.adam_eps, a.batch_size, a.num_atoms) == (1e-4, 3.125e-4, 32, 51)
-  assert (a.v_min, a.v_max, a.noisy, a.dueling, a.reward_clip) == (-100.0, 100.0, True, True, 0)
+  assert (a.v_min, a.v_max, a.noisy, a.dueling, args.reward_clip) == (-100.0, 100.0, True, True, 0)
   assert (args.n_step, args.replay_capacity, args.warmup_period, args.opt_interval) == (
       3, 100_000, 1_000, 4.0)
   assert a.target_update_period * args.opt_interval == 1_000  # env steps per target copy

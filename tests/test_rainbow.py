@@ -287,7 +287,7 @@ def test_rainbow_atari_preset():
   args = rb.parse(["--preset", "atari"])
   a = args.agent
   assert (a.learning_rate, a.adam_eps, a.batch_size, a.num_atoms) == (6.25e-5, 1.5e-4, 32, 51)
-  assert (a.v_min, a.v_max, a.reward_clip) == (-10.0, 10.0, 1.0)
+  assert (a.v_min, a.v_max, args.reward_clip) == (-10.0, 10.0, 1.0)
   assert (args.n_step, args.gamma, args.replay_capacity, args.warmup_period) == (
       3, 0.99, 1_000_000, 20_000)
   assert args.opt_interval == 4.0

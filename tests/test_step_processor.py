@@ -214,6 +214,27 @@ def test_step_before_reset_and_bad_arguments_raise():
     StepProcessor(2, np.zeros(3), np.zeros(()), 1, 1.5)
 
 
+@pytest.mark.parametrize("n", [1, 3])
+def test_reward_clip_clips_each_reward_before_the_n_step_sum(n):
+  """Rewards 1, 2, 3, 4 then terminated, clip 1.5, gamma 0.5: the n-step returns sum the
+  clipped rewards 1, 1.5, 1.5, 1.5 (clipping the sum instead would cap it at 1.5); the
+  episode return is the unclipped 10."""
+  proc = StepProcessor(1, np.zeros(2, np.float32), np.zeros((), np.int64), n, GAMMA,
+                       reward_clip=1.5)
+  proc.reset(np.zeros((1, 2), np.float32))
+  outs = []
+  for t, r in enumerate([1.0, 2.0, 3.0, 4.0]):
+    outs.append(proc.step(np.array([0]), np.array([r]), np.full((1, 2), t + 1, np.float32),
+                          np.array([t == 3]), np.array([False])))
+  rewards = np.concatenate([o.reward for o in outs])
+  expected = {1: [1.0, 1.5, 1.5, 1.5],
+              3: [1.0 + 0.75 + 0.375, 1.5 + 0.75 + 0.375, 1.5 + 0.75, 1.5]}[n]
+  np.testing.assert_allclose(rewards, expected)
+  assert proc.pop_episode_returns() == [10.0]
+  with pytest.raises(ValueError, match="reward_clip"):
+    StepProcessor(1, np.zeros(2), np.zeros(()), n, GAMMA, reward_clip=-1.0)
+
+
 def test_reset_clears_pending_steps():
   env = FakeVectorEnv(SCHEDULES)
   proc = StepProcessor(2, np.zeros(3, np.float32), np.zeros((), np.int64), 3, GAMMA)

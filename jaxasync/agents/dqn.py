@@ -59,7 +59,6 @@ class DQNConfig:
     num_atoms: ``1`` for expected Q; ``> 1`` for C51 over ``[v_min, v_max]``.
     v_min, v_max: C51 support.
     eps_start, eps_end, eps_decay_steps: linear epsilon schedule over env steps.
-    reward_clip: clip rewards to ``[-c, c]`` in the loss (Atari); ``0`` disables.
     noisy: NoisyNet head(s) (factorized Gaussian) instead of epsilon-greedy exploration;
       ``epsilon()`` is then 0.
     noisy_sigma0: initial noise scale ``sigma0`` of the noisy layers (0.5 in Rainbow).
@@ -82,7 +81,6 @@ class DQNConfig:
   eps_start: float = 1.0
   eps_end: float = 0.05
   eps_decay_steps: int = 10_000
-  reward_clip: float = 0.0
   noisy: bool = False
   noisy_sigma0: float = 0.5
 
@@ -249,9 +247,7 @@ class DQN:
     online(next_obs) and target(next_obs); ``None`` uses the mean networks.
     """
     c = self.config
-    reward = batch.reward
-    if c.reward_clip > 0:
-      reward = jnp.clip(reward, -c.reward_clip, c.reward_clip)
+    reward = batch.reward  # n-step return, of clipped rewards if TrainerConfig.reward_clip
     k_tm1 = k_t = k_target = None
     if c.noisy and key is not None:
       k_tm1, k_t, k_target = jax.random.split(key, 3)

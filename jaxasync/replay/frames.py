@@ -107,6 +107,9 @@ class FrameStepProcessor:
     action_example: one action, giving shape and dtype.
     n_step: ``n >= 1``; used by the buffer.
     gamma: discount in ``[0, 1]``; used by the buffer.
+    reward_clip: ``c > 0`` clips each record's reward to ``[-c, c]`` (the buffer's n-step
+      returns sum clipped rewards, as ``StepProcessor``'s do); episode returns stay
+      unclipped. ``0``: none.
     check_stacks: verify at every step that each observation is the previous one
       shifted by one frame (``next_obs[..., :-1] == obs[..., 1:]``), the property the
       buffer relies on; raises ``ValueError`` otherwise. Costs one comparison of the
@@ -114,11 +117,15 @@ class FrameStepProcessor:
   """
 
   def __init__(self, num_envs: int, obs_example: np.ndarray, action_example: np.ndarray,
-               n_step: int = 1, gamma: float = 0.99, *, check_stacks: bool = True):
+               n_step: int = 1, gamma: float = 0.99, reward_clip: float = 0.0, *,
+               check_stacks: bool = True):
     if n_step < 1:
       raise ValueError(f"n_step must be >= 1, got {n_step}.")
     if not 0.0 <= gamma <= 1.0:
       raise ValueError(f"gamma must be in [0, 1], got {gamma}.")
+    if not reward_clip >= 0.0:
+      raise ValueError(f"reward_clip must be >= 0 (0: no clipping), got {reward_clip}.")
+    self.reward_clip = float(reward_clip)
     if not 1 <= num_envs < 2 ** 16:
       raise ValueError(f"num_envs must be in [1, 65536), got {num_envs}.")
     obs_example = np.asarray(obs_example)
@@ -196,10 +203,12 @@ class FrameStepProcessor:
             "observation is not the previous one shifted by one frame along the last axis; "
             "FrameStepProcessor needs frame stacks [*frame_shape, K] with the newest frame "
             "last (e.g. AtariEnvFactory, or FrameStackObservation moved to the last axis).")
-    self._ep_return += np.where(real, reward, 0.0)
+    self._ep_return += np.where(real, reward, 0.0)  # the game's score, before clipping
     if done.any():
       self._finished_returns.extend(self._ep_return[done].tolist())
       self._ep_return[done] = 0.0
+    if self.reward_clip:
+      reward = np.clip(reward, -self.reward_clip, self.reward_clip)
 
     pad = real & self._new_episode
     pad_e = np.repeat(np.nonzero(pad)[0], k1)  # sub-env of each PAD record
