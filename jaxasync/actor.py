@@ -36,7 +36,7 @@ class ActorConfig:
     chunk_steps: vector steps per pushed chunk (a chunk has up to
       ``chunk_steps * num_envs`` transitions).
     n_step, gamma: the StepProcessor's settings.
-    seed: base seed; actor ``i`` uses ``seed + 1000 * (i + 1)``.
+    seed: base seed; actor ``i`` on its ``r``-th restart uses ``actor_seed(seed, i, r)``.
     epsilons: fixed per-env exploration ``[num_envs]`` (e.g. a slice of the Ape-X
       ladder); ``None`` follows the agent's schedule over the estimated global
       env steps (this actor's steps times ``num_actors``).
@@ -56,6 +56,20 @@ class ActorConfig:
   cpu: int | None = None
   step_processor_cls: type | None = None  # the replay's; None: jaxasync.StepProcessor
   reward_clip: float = 0.0
+  restart: int = 0  # set by the ActorManager: how many times this actor was restarted
+
+
+def actor_seed(base: int, actor_id: int, restart: int = 0) -> int:
+  """The seed of actor ``actor_id``'s run after ``restart`` restarts (its envs get
+  ``seed + e``, its exploration generator ``seed``).
+
+  Hashed from all three with numpy's ``SeedSequence``, so actors, restarts and the
+  evaluator (``base + 10_000 + k``) do not share env seeds (a restarted actor must not replay
+  its first trajectories), and kept below ``2**31 - 2**16`` so that every sub-env's seed
+  fits an int32 (envpool).
+  """
+  entropy = [base & (2**64 - 1), actor_id, restart]
+  return int(np.random.SeedSequence(entropy).generate_state(1)[0]) % (2**31 - 2**16)
 
 
 @dataclasses.dataclass
@@ -94,7 +108,7 @@ def _actor_loop(actor_id, agent_factory, env_factory, config: ActorConfig, trans
 
   if config.cpu is not None and hasattr(os, "sched_setaffinity"):
     os.sched_setaffinity(0, {config.cpu})
-  seed = config.seed + 1000 * (actor_id + 1)
+  seed = actor_seed(config.seed, actor_id, config.restart)
   agent = agent_factory()
   if env_init_lock is not None:
     with env_init_lock:  # border's guard_init_env: some envs must not be built concurrently

@@ -80,7 +80,8 @@ class ActorManager:
     return len(self.configs)
 
   def _spawn(self, i: int) -> None:
-    args = (i, self.agent_factory, self.env_factory, self.configs[i], self.transport,
+    config = dataclasses.replace(self.configs[i], restart=self.restarts[i])  # a fresh seed
+    args = (i, self.agent_factory, self.env_factory, config, self.transport,
             self.param_store, self._stop, self._errors, self.shared, self._env_lock,
             None if self.inference is None else self.inference.client(i))
     if self.mode == "thread":

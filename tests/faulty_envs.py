@@ -39,6 +39,18 @@ class RaisingEnvFactory:
     return env
 
 
+SEEDS_SEEN: list = []  # seeds RaisingEnvFactory was called with (thread actors share it)
+
+
+@dataclasses.dataclass(frozen=True)
+class SeedRecordingRaisingEnvFactory(RaisingEnvFactory):
+  """``RaisingEnvFactory`` that appends each seed it builds an env with to ``SEEDS_SEEN``."""
+
+  def __call__(self, num_envs: int, seed: int | None = None):
+    SEEDS_SEEN.append(seed)
+    return super().__call__(num_envs, seed)
+
+
 class LearnerFault(RuntimeError):
   pass
 

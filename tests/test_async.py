@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import jaxasync as ja
+import faulty_envs
 from faulty_envs import LearnerFault, RaisingDQN, RaisingEnvFactory
 
 CARTPOLE = ja.EnvFactory("CartPole-v1")
@@ -97,6 +98,22 @@ def test_raising_env_is_restarted_and_counted(mode):
   assert trainer.actor_stats[0].restarts >= 1
   assert summary["actor_restarts"] == trainer.actor_stats[0].restarts
   _no_strays(before)
+
+
+def test_restarted_actors_get_fresh_seeds():
+  """A restarted actor must not replay its first trajectories: every (actor, restart) run
+  builds its envs with its own seed, none of them the evaluator's."""
+  faulty_envs.SEEDS_SEEN.clear()
+  trainer = _trainer(env=faulty_envs.SeedRecordingRaisingEnvFactory(steps=60), num_actors=2,
+                     max_restarts=50, config=_config(max_opts=150, duration=60))
+  trainer.train()
+  restarts = sum(s.restarts for s in trainer.actor_stats)
+  assert restarts >= 2
+  seeds = faulty_envs.SEEDS_SEEN
+  assert len(seeds) == 1 + 2 + restarts  # the evaluator's env, then each actor run's
+  assert len(set(seeds)) == len(seeds)
+  assert all(0 <= s < 2**31 - 2**16 for s in seeds)
+  assert ja.actor.actor_seed(0, 1, 2) == ja.actor.actor_seed(0, 1, 2)  # deterministic
 
 
 def test_actor_failing_past_max_restarts_fails_the_run():
