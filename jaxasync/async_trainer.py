@@ -279,10 +279,21 @@ class AsyncTrainer:
     return moved
 
   def _wait_for_data(self, timeout: float = 0.02) -> None:
+    """Waits up to ``timeout`` while no update can run: takes one chunk if the learner is
+    short of data or the limiter lets actors insert; otherwise (the learner is held back,
+    e.g. by ``max_train_frequency``, and actors are ahead) leaves the queue full, so that
+    actors block instead of running past the samples-per-insert budget."""
     t0 = time.perf_counter()
-    chunk = self.transport.get(timeout)
-    if chunk is not None:
-      self._add_chunk(chunk)
+    learner = self.learner
+    sampled = learner.opt_steps * learner.batch_size
+    chunk_items = self.async_config.chunk_steps * self.async_config.envs_per_actor
+    if (self.limiter.can_insert(self.inserted, sampled, chunk_items)
+        or not self.limiter.can_sample(self.inserted, sampled, learner.k * learner.batch_size)):
+      chunk = self.transport.get(timeout)
+      if chunk is not None:
+        self._add_chunk(chunk)
+    else:
+      time.sleep(timeout)
     self.times["wait"] += time.perf_counter() - t0
 
   def _can_update(self) -> bool:

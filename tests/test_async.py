@@ -147,6 +147,17 @@ def test_rate_limiter_holds_samples_per_insert():
   assert ratio == pytest.approx(spi, rel=0.25)
 
 
+def test_rate_limiter_holds_under_max_train_frequency():
+  """With the learner throttled by max_train_frequency, actors are held too: waiting for the
+  next update must not ingest past the samples-per-insert budget."""
+  spi = 16.0
+  trainer = _trainer(samples_per_insert=spi, max_train_frequency=150.0,
+                     config=_config(max_opts=300, duration=60))
+  trainer.train()
+  sampled = trainer.learner.opt_steps * trainer.learner.batch_size
+  assert abs(trainer.limiter.error(trainer.inserted, sampled)) <= trainer.limiter.tolerance
+
+
 def test_rate_limiter_unit():
   lim = ja.RateLimiter(samples_per_insert=2.0, tolerance=10.0, warmup=100)
   assert lim.can_insert(50, 0, 10)  # warmup: always insert
