@@ -153,11 +153,13 @@ def _actor_loop(actor_id, agent_factory, env_factory, config: ActorConfig, trans
           version, params = info.version, to_cpu(info.params)
           shared.adopted_version[actor_id] = version
         actions = act(params, proc.obs, eps, rng)
+      if steps_in_chunk == 0:
+        chunk_version = version  # the oldest params the chunk's steps were taken with
       next_obs, reward, terminated, truncated, _ = env_step(actions)
       pending.append(proc_step(actions, reward, next_obs, terminated, truncated))
       steps_in_chunk += 1
       if steps_in_chunk >= chunk_steps:
-        chunk = Chunk(actor_id, version, _concat(pending), steps_in_chunk * num_envs,
+        chunk = Chunk(actor_id, chunk_version, _concat(pending), steps_in_chunk * num_envs,
                       tuple(proc.pop_episode_returns()), seq)
         if not transport.put(chunk, stop):
           break

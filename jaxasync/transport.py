@@ -18,7 +18,7 @@ class Chunk(NamedTuple):
   """Transitions from one actor. ``transitions`` has a leading batch axis."""
 
   actor_id: int
-  version: int  # params version the actor acted with
+  version: int  # oldest params version the chunk's steps were taken with (lag: upper bound)
   transitions: Any
   env_steps: int  # env steps taken to produce these transitions
   episode_returns: tuple[float, ...]  # returns of episodes that ended in them
