@@ -235,9 +235,9 @@ class AsyncTrainer:
     self.manager = ActorManager(agent_factory, env_factory, configs, self.transport,
                                 self.param_store, ac.actor_mode, ac.max_restarts,
                                 ac.serialize_env_init, self.inference)
-    chunk_items = ac.chunk_steps * ac.envs_per_actor
+    self._chunk_items = ac.chunk_steps * ac.envs_per_actor  # transitions per full chunk
     min_tol = config.updates_per_call * agent.config.batch_size + (
-        (ac.samples_per_insert or 0.0) * chunk_items)
+        (ac.samples_per_insert or 0.0) * self._chunk_items)
     self.limiter = RateLimiter(ac.samples_per_insert,
                                max(ac.samples_per_insert_tolerance, min_tol), config.warmup_period)
     # Counters.
@@ -267,9 +267,8 @@ class AsyncTrainer:
     """Moves up to ``max_chunks`` queued chunks into the replay, unless actors are ahead."""
     t0 = time.perf_counter()
     moved = 0
-    chunk_items = self.async_config.chunk_steps * self.async_config.envs_per_actor
     while moved < max_chunks and self.limiter.can_insert(
-        self.inserted, self.learner.opt_steps * self.learner.batch_size, chunk_items):
+        self.inserted, self.learner.opt_steps * self.learner.batch_size, self._chunk_items):
       chunk = self.transport.get(0)
       if chunk is None:
         break
@@ -286,8 +285,7 @@ class AsyncTrainer:
     t0 = time.perf_counter()
     learner = self.learner
     sampled = learner.opt_steps * learner.batch_size
-    chunk_items = self.async_config.chunk_steps * self.async_config.envs_per_actor
-    if (self.limiter.can_insert(self.inserted, sampled, chunk_items)
+    if (self.limiter.can_insert(self.inserted, sampled, self._chunk_items)
         or not self.limiter.can_sample(self.inserted, sampled, learner.k * learner.batch_size)):
       chunk = self.transport.get(timeout)
       if chunk is not None:

@@ -11,7 +11,47 @@ import numpy as np
 from jaxasync.types import Transition
 
 
-class StepProcessor:
+class ProcessorBase:
+  """What every step processor shares (``StepProcessor``, ``replay.frames.FrameStepProcessor``):
+  the checked n-step settings, the observation to act on, reward clipping and episode returns.
+
+  Args:
+    num_envs: sub-envs in the vector env.
+    n_step: ``n >= 1``.
+    gamma: discount in ``[0, 1]``.
+    reward_clip: ``c > 0`` clips each env reward to ``[-c, c]`` before the n-step sum
+      (Atari's reward clipping); ``0``: none. Episode returns stay unclipped.
+  """
+
+  def __init__(self, num_envs: int, n_step: int, gamma: float, reward_clip: float):
+    if n_step < 1:
+      raise ValueError(f"n_step must be >= 1, got {n_step}.")
+    if not 0.0 <= gamma <= 1.0:
+      raise ValueError(f"gamma must be in [0, 1], got {gamma}.")
+    if not reward_clip >= 0.0:
+      raise ValueError(f"reward_clip must be >= 0 (0: no clipping), got {reward_clip}.")
+    self.num_envs, self.n, self.gamma = num_envs, n_step, gamma
+    self.reward_clip = float(reward_clip)
+    self._current_obs: np.ndarray | None = None
+    self._ep_return = np.zeros(num_envs, np.float64)  # the game's score, before clipping
+    self._finished_returns: list[float] = []
+
+  def pop_episode_returns(self) -> list[float]:
+    """Undiscounted (unclipped) returns of the episodes completed since the last call."""
+    out, self._finished_returns = self._finished_returns, []
+    return out
+
+  @property
+  def obs(self) -> np.ndarray:
+    """The observations the policy should act on next, ``[num_envs, *obs_shape]``."""
+    return self._current_obs
+
+  def _clip(self, reward: np.ndarray) -> np.ndarray:
+    """``reward`` clipped to ``[-reward_clip, reward_clip]``; call only when ``reward_clip``."""
+    return np.clip(reward, -self.reward_clip, self.reward_clip)
+
+
+class StepProcessor(ProcessorBase):
   """n-step transitions from a gymnasium 1.x vector env in ``NEXT_STEP`` autoreset mode.
 
   Every sub-env ``e`` keeps the last ``n`` (obs, action, reward) of its current
@@ -33,37 +73,24 @@ class StepProcessor:
     num_envs: sub-envs in the vector env.
     obs_example: one observation (no batch axis) giving shape and dtype.
     action_example: one action (no batch axis) giving shape and dtype.
-    n_step: ``n >= 1``.
-    gamma: discount in ``[0, 1]``.
-    reward_clip: ``c > 0`` clips each env reward to ``[-c, c]`` before the n-step sum
-      (Atari's reward clipping); ``0``: none. Episode returns stay unclipped.
+    n_step, gamma, reward_clip: see ``ProcessorBase``.
   """
 
   def __init__(self, num_envs: int, obs_example: np.ndarray, action_example: np.ndarray,
                n_step: int = 1, gamma: float = 0.99, reward_clip: float = 0.0):
-    if n_step < 1:
-      raise ValueError(f"n_step must be >= 1, got {n_step}.")
-    if not 0.0 <= gamma <= 1.0:
-      raise ValueError(f"gamma must be in [0, 1], got {gamma}.")
-    if not reward_clip >= 0.0:
-      raise ValueError(f"reward_clip must be >= 0 (0: no clipping), got {reward_clip}.")
-    self.reward_clip = float(reward_clip)
+    super().__init__(num_envs, n_step, gamma, reward_clip)
     obs_example = np.asarray(obs_example)
     action_example = np.asarray(action_example)
-    self.num_envs, self.n, self.gamma = num_envs, n_step, gamma
     self._obs_dtype, self._act_dtype = obs_example.dtype, action_example.dtype
     self._obs = np.zeros((n_step, num_envs) + obs_example.shape, obs_example.dtype)
     self._act = np.zeros((n_step, num_envs) + action_example.shape, action_example.dtype)
     self._rew = np.zeros((n_step, num_envs), np.float64)
     self._len = np.zeros(num_envs, np.int64)  # pending steps of each sub-env
     self._t = 0  # ring position of the next step
-    self._current_obs: np.ndarray | None = None
     self._autoreset = np.zeros(num_envs, bool)  # next step is an autoreset step
     self._any_autoreset = False  # self._autoreset.any()
     self._powers = gamma ** np.arange(n_step + 1, dtype=np.float64)
     self._powers32 = self._powers.astype(np.float32)
-    self._ep_return = np.zeros(num_envs, np.float64)
-    self._finished_returns: list[float] = []
     # Precomputed for the per-step work. Rows j = 0..n-1 of the general path are the
     # pending entries from oldest (started k = n - 1 - j steps ago) to newest.
     j = np.arange(n_step)
@@ -84,16 +111,6 @@ class StepProcessor:
     self._autoreset[:] = False
     self._any_autoreset = False
     self._ep_return[:] = 0.0
-
-  def pop_episode_returns(self) -> list[float]:
-    """Undiscounted returns of the episodes completed since the last call."""
-    out, self._finished_returns = self._finished_returns, []
-    return out
-
-  @property
-  def obs(self) -> np.ndarray:
-    """The observations the policy should act on next, ``[num_envs, *obs_shape]``."""
-    return self._current_obs
 
   def step(self, action: np.ndarray, reward: np.ndarray, next_obs: np.ndarray,
            terminated: np.ndarray, truncated: np.ndarray) -> Transition:
@@ -119,9 +136,9 @@ class StepProcessor:
       terminated, truncated = terminated.astype(bool), truncated.astype(bool)
     any_autoreset = self._any_autoreset
     done = terminated | truncated
-    self._ep_return += reward  # the game's score, before clipping
-    if self.reward_clip:
-      reward = np.clip(reward, -self.reward_clip, self.reward_clip)
+    self._ep_return += reward
+    if self.reward_clip:  # (checked here: no call on the actor's path when off)
+      reward = self._clip(reward)
     if any_autoreset:
       real = ~self._autoreset  # sub-envs whose step is a real transition
       done &= real

@@ -36,6 +36,7 @@ import numpy as np
 
 from jaxasync.replay.prioritized import PrioritizedReplayBuffer
 from jaxasync.replay.uniform import ReplayBuffer
+from jaxasync.step_processor import ProcessorBase
 from jaxasync.types import Transition
 
 PyTree = Any
@@ -90,7 +91,7 @@ def _shifted_by_one(new: np.ndarray, old: np.ndarray) -> bool:
   return np.array_equal(new[..., :-1], old[..., 1:])
 
 
-class FrameStepProcessor:
+class FrameStepProcessor(ProcessorBase):
   """Turns steps of a NEXT_STEP vector env with frame-stacked observations into ``FrameRecords``.
 
   Same constructor and methods as ``StepProcessor``; ``step`` returns records, not
@@ -105,11 +106,9 @@ class FrameStepProcessor:
     num_envs: sub-envs in the vector env (< 65536).
     obs_example: one observation, ``[*frame_shape, K]``.
     action_example: one action, giving shape and dtype.
-    n_step: ``n >= 1``; used by the buffer.
-    gamma: discount in ``[0, 1]``; used by the buffer.
-    reward_clip: ``c > 0`` clips each record's reward to ``[-c, c]`` (the buffer's n-step
-      returns sum clipped rewards, as ``StepProcessor``'s do); episode returns stay
-      unclipped. ``0``: none.
+    n_step, gamma: see ``ProcessorBase``; used by the buffer.
+    reward_clip: see ``ProcessorBase``: records carry clipped rewards, so the buffer's
+      n-step returns sum clipped rewards, as ``StepProcessor``'s do.
     check_stacks: verify at every step that each observation is the previous one
       shifted by one frame (``next_obs[..., :-1] == obs[..., 1:]``), the property the
       buffer relies on; raises ``ValueError`` otherwise. Costs one comparison of the
@@ -119,31 +118,21 @@ class FrameStepProcessor:
   def __init__(self, num_envs: int, obs_example: np.ndarray, action_example: np.ndarray,
                n_step: int = 1, gamma: float = 0.99, reward_clip: float = 0.0, *,
                check_stacks: bool = True):
-    if n_step < 1:
-      raise ValueError(f"n_step must be >= 1, got {n_step}.")
-    if not 0.0 <= gamma <= 1.0:
-      raise ValueError(f"gamma must be in [0, 1], got {gamma}.")
-    if not reward_clip >= 0.0:
-      raise ValueError(f"reward_clip must be >= 0 (0: no clipping), got {reward_clip}.")
-    self.reward_clip = float(reward_clip)
     if not 1 <= num_envs < 2 ** 16:
       raise ValueError(f"num_envs must be in [1, 65536), got {num_envs}.")
+    super().__init__(num_envs, n_step, gamma, reward_clip)
     obs_example = np.asarray(obs_example)
     action_example = np.asarray(action_example)
     if obs_example.ndim < 1:
       raise ValueError("observations must be frame stacks [*frame_shape, K]; got a scalar.")
-    self.num_envs, self.n, self.gamma = num_envs, n_step, gamma
     self.check_stacks = check_stacks
     self._k = obs_example.shape[-1]
     self._obs_shape, self._obs_dtype = obs_example.shape, obs_example.dtype
     self._action_shape, self._action_dtype = action_example.shape, action_example.dtype
     self._stream = (secrets.randbits(47) << 16) + np.arange(num_envs, dtype=np.int64)
     self._seq = np.zeros(num_envs, np.int64)  # next record index of each stream
-    self._current_obs: np.ndarray | None = None
     self._autoreset = np.zeros(num_envs, bool)  # next step is an autoreset step
     self._new_episode = np.ones(num_envs, bool)  # current obs is a reset obs, pads not emitted
-    self._ep_return = np.zeros(num_envs, np.float64)
-    self._finished_returns: list[float] = []
 
   @property
   def streams(self) -> np.ndarray:
@@ -160,16 +149,6 @@ class FrameStepProcessor:
     self._autoreset[:] = False
     self._new_episode[:] = True  # a pending episode of a stream is abandoned (never completes)
     self._ep_return[:] = 0.0
-
-  def pop_episode_returns(self) -> list[float]:
-    """Undiscounted returns of the episodes completed since the last call."""
-    out, self._finished_returns = self._finished_returns, []
-    return out
-
-  @property
-  def obs(self) -> np.ndarray:
-    """The observations the policy should act on next, ``[num_envs, *frame_shape, K]``."""
-    return self._current_obs
 
   def step(self, action: np.ndarray, reward: np.ndarray, next_obs: np.ndarray,
            terminated: np.ndarray, truncated: np.ndarray) -> FrameRecords:
@@ -203,12 +182,12 @@ class FrameStepProcessor:
             "observation is not the previous one shifted by one frame along the last axis; "
             "FrameStepProcessor needs frame stacks [*frame_shape, K] with the newest frame "
             "last (e.g. AtariEnvFactory, or FrameStackObservation moved to the last axis).")
-    self._ep_return += np.where(real, reward, 0.0)  # the game's score, before clipping
+    self._ep_return += np.where(real, reward, 0.0)
     if done.any():
       self._finished_returns.extend(self._ep_return[done].tolist())
       self._ep_return[done] = 0.0
     if self.reward_clip:
-      reward = np.clip(reward, -self.reward_clip, self.reward_clip)
+      reward = self._clip(reward)
 
     pad = real & self._new_episode
     pad_e = np.repeat(np.nonzero(pad)[0], k1)  # sub-env of each PAD record
@@ -498,12 +477,7 @@ class FrameReplayBuffer(ReplayBuffer):
   # --- reading -------------------------------------------------------------
   def sample_indices(self, batch_size: int) -> np.ndarray:
     """Live slots drawn uniformly with replacement, ``[batch_size]`` int64."""
-    if batch_size < 1:
-      raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
-    if batch_size > self._size:
-      raise ValueError(
-          f"cannot sample {batch_size} items from a replay holding {self._size}; "
-          "wait until warmup fills it (warmup_period >= batch_size).")
+    self._check_sample_size(batch_size)
     filled = min(self._added_total, self._capacity)
     # Rejection sampling over the filled slots: almost all are live in a warm buffer.
     got, need = [], batch_size

@@ -168,13 +168,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     mass. (Stratifying all ``num_batches * batch_size`` draws at once would give each
     block one contiguous range of slots, i.e. one age band of a ring buffer.)
     """
-    if batch_size < 1 or num_batches < 1:
-      raise ValueError(f"batch_size and num_batches must be >= 1, got {batch_size}, "
-                       f"{num_batches}.")
-    if batch_size > self._size:
-      raise ValueError(
-          f"cannot sample {batch_size} items from a replay holding {self._size}; "
-          "wait until warmup fills it (warmup_period >= batch_size).")
+    self._check_sample_size(batch_size)
+    if num_batches < 1:
+      raise ValueError(f"num_batches must be >= 1, got {num_batches}.")
     # Each slot is still expected B * P(i) times per batch, with lower variance than
     # i.i.d. draws. A target that float error puts at `total` is clamped by `find` to a
     # positive-mass leaf.

@@ -113,14 +113,18 @@ class ReplayBuffer:
     return slots
 
   # --- reading -------------------------------------------------------------
-  def sample_indices(self, batch_size: int) -> np.ndarray:
-    """Uniform slots, ``[batch_size]``, drawn with replacement."""
+  def _check_sample_size(self, batch_size: int) -> None:
+    """Raises ``ValueError`` unless ``1 <= batch_size <= len(self)``, naming the fix."""
     if batch_size < 1:
       raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
     if batch_size > self._size:
       raise ValueError(
           f"cannot sample {batch_size} items from a replay holding {self._size}; "
           "wait until warmup fills it (warmup_period >= batch_size).")
+
+  def sample_indices(self, batch_size: int) -> np.ndarray:
+    """Uniform slots, ``[batch_size]``, drawn with replacement."""
+    self._check_sample_size(batch_size)
     return self._rng.integers(0, self._size, size=batch_size)
 
   def gather(self, indices: np.ndarray) -> PyTree:
