@@ -128,8 +128,11 @@ class _EvalWorker:
     self._thread.start()
 
   def submit(self, opt_steps: int, env_steps: int, params, state) -> None:
+    """Asks for an evaluation of ``params`` (those of ``opt_steps``), replacing a request not
+    yet started; the evaluation is logged at the time of the request, not of its end."""
+    wall_s = time.perf_counter() - self.run.start
     with self._cv:
-      self._request = (opt_steps, env_steps, params, state)
+      self._request = (opt_steps, env_steps, params, state, wall_s)
       self._cv.notify()
 
   def _loop(self) -> None:
@@ -142,14 +145,20 @@ class _EvalWorker:
         request, self._request = self._request, None
         self.busy = True
       try:
-        opt_steps, env_steps, params, state = request
+        opt_steps, env_steps, params, state, wall_s = request
         reward = self.evaluator.evaluate(params)
-        self.run.on_eval(reward, opt_steps, env_steps, opt_steps, state_for_best=state)
+        self.run.on_eval(reward, opt_steps, env_steps, opt_steps, state_for_best=state,
+                         wall_s=wall_s)
       except BaseException as e:  # surfaced by the trainer loop
         self.error = e
         return
       finally:
         self.busy = False
+
+  @property
+  def alive(self) -> bool:
+    """Whether the thread still runs (``close`` gives up waiting after 30 s)."""
+    return self._thread.is_alive()
 
   def close(self, wait_pending: bool = False) -> None:
     if wait_pending:
@@ -160,7 +169,6 @@ class _EvalWorker:
       self._closing = True
       self._cv.notify()
     self._thread.join(30)
-    self.evaluator.close()
 
 
 def _host_copy(tree):
@@ -404,6 +412,17 @@ class AsyncTrainer:
           self.inference.stop()
         self.transport.close()
         eval_worker.close(wait_pending=error is None and not run.interrupted)
+        try:
+          if (error is None and eval_worker.error is None and not eval_worker.alive
+              and run.needs_final_eval()):
+            # The last evaluation may predate the last update call: evaluate the final
+            # params, so final_eval_reward is always the return of what `final` holds.
+            run.on_eval(self.evaluator.evaluate(_host_copy(learner.policy_params())),
+                        learner.opt_steps, self.env_steps, learner.opt_steps)
+        except Exception as eval_error:
+          error = eval_error
+        finally:
+          self.evaluator.close()
         try:
           run.save("final", {"env_steps": self.env_steps})
         except Exception as save_error:  # never mask the error that ended the run

@@ -63,7 +63,7 @@ class TrainerConfig:
   eval_episodes: int = 10
   eval_epsilon: float = 0.0
   num_envs: int = 4
-  n_step: int = 1
+  n_step: int = 3
   gamma: float = 0.99
   reward_clip: float = 0.0
   replay_capacity: int = 100_000
@@ -168,10 +168,11 @@ class RunState:
     save_checkpoint(self.model_dir / name, self.learner.state, meta)
 
   def on_eval(self, reward: float, opt_steps: int, env_steps: int, params_version: int,
-              state_for_best=None) -> None:
-    """Records an evaluation; saves ``best`` when it improves."""
+              state_for_best=None, wall_s: float | None = None) -> None:
+    """Records an evaluation of the params of ``opt_steps`` (taken at ``wall_s`` seconds into
+    the run; default: now); saves ``best`` when it improves."""
     self.final_eval_reward = reward
-    wall = time.perf_counter() - self.start
+    wall = time.perf_counter() - self.start if wall_s is None else wall_s
     self.evals.append({"opt_steps": opt_steps, "env_steps": env_steps, "wall_s": wall,
                        "eval_reward": reward, "params_version": params_version})
     self.recorder.record(opt_steps, {"eval_reward": reward})
@@ -186,6 +187,14 @@ class RunState:
     if target is not None and reward >= target and self.solved_at is None:
       self.solved_at = {"env_steps": env_steps, "opt_steps": opt_steps, "wall_s": wall}
 
+  def needs_final_eval(self) -> bool:
+    """Whether the run should end with an evaluation of its final params: evaluation is on,
+    SGD steps were taken since the last evaluation, and the run was not interrupted (so
+    ``final_eval_reward`` is always the return of the params saved as ``final``)."""
+    opt = self.learner.opt_steps
+    return (self.config.eval_interval > 0 and opt > 0 and not self.interrupted
+            and (not self.evals or self.evals[-1]["opt_steps"] < opt))
+
   def summary(self, samples_total: int, env_steps: int, extra: dict | None = None) -> dict:
     wall = time.perf_counter() - self.start
     opt = self.learner.opt_steps
@@ -196,6 +205,8 @@ class RunState:
         "samples_per_opt_steps": samples_total / opt if opt else float("nan"),
         "best_eval_reward": float(self.best_eval_reward),
         "final_eval_reward": float(self.final_eval_reward),
+        "final_eval_opt_steps": self.evals[-1]["opt_steps"] if self.evals else None,
+        "seed": self.config.seed,
         "solved_at": self.solved_at, "evals": self.evals, "interrupted": self.interrupted,
     }
     out.update(extra or {})
@@ -299,6 +310,9 @@ class Trainer:
           if save_t(opt):
             run.save(str(opt), {"env_steps": self.env_steps,
                                 "rng_states": {"exploration": rng.bit_generator.state}})
+        if run.needs_final_eval():
+          run.on_eval(self.evaluator.evaluate(learner.policy_params()), learner.opt_steps,
+                      self.env_steps, learner.opt_steps)
       finally:
         bar.close()
         run.save("final", {"env_steps": self.env_steps,

@@ -191,3 +191,16 @@ def test_request_stop_ends_a_run(cartpole_spaces):
   trainer.run_state.request_stop(after_s=1.0)
   summary = trainer.train()
   assert 0 < summary["opt_steps"] < 10**9 and summary["wall_s"] < 10
+
+
+def test_final_evaluation_is_of_the_final_params(cartpole_spaces):
+  """max_opts is not a multiple of eval_interval: the run still ends with an evaluation of
+  the params it ends with, so final_eval_reward describes what `final` holds."""
+  agent = _dqn(cartpole_spaces, hidden_sizes=(16,), batch_size=32)
+  config = TrainerConfig(max_opts=100, eval_interval=64, eval_episodes=2, warmup_period=64,
+                         progress=False)
+  summary = Trainer(agent, CARTPOLE, config).train()
+  assert summary["opt_steps"] == 100
+  assert [e["opt_steps"] for e in summary["evals"]] == [64, 100]
+  assert summary["final_eval_opt_steps"] == 100
+  assert summary["final_eval_reward"] == summary["evals"][-1]["eval_reward"]
