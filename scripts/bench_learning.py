@@ -1,0 +1,593 @@
+"""Multi-seed learning dashboard: how reliably, how fast and how stably each algorithm learns, per mode.
+
+A throughput figure says nothing about whether the agent learns; one seed says little about how
+often it does. This script runs a matrix of (row x mode x seed), one experiment at a time, each
+as its own subprocess (`experiments/<script>.py --seed S --logdir <out>/runs/<row>/<mode>/seed<S>
+--no-progress` plus the row's, the mode's and --extra's flags), reads the `evals` of every
+run's summary.json and tabulates them per cell (row x mode) and per run.
+
+Rows (ROWS below; add one per algorithm and env):
+  dqn-cartpole               experiments/dqn.py                                    target 475, hold 450
+  dqn-acrobot                experiments/dqn.py --env-id Acrobot-v1                target -100, hold -100
+  rainbow-cartpole           experiments/rainbow.py (preset cartpole)              target 475, hold 450
+  rainbow-minatar-breakout   experiments/rainbow.py --preset minatar --duration 600  report only;
+                             not run unless named in --rows (10 min a run).
+Modes: sync (--mode sync), thread (--mode async --async.actor-mode thread), process (--mode async
+--async.actor-mode process).
+
+Each run's stdout and stderr go to <logdir>/log.txt. A run that exits non-zero or runs past
+--timeout seconds (its whole process group is killed: process actors too) is recorded as failed,
+with the tail of its log, and the matrix goes on. <logdir>/bench_run.json records the run's
+command, exit status and git commit. --resume skips runs whose summary.json exists, unless
+bench_run.json says the run failed or the summary says it was interrupted; a run about to start
+has its old summary.json removed first, so a leftover is never taken for a result.
+
+Per run, from the evaluations (each one a mean return over --eval-episodes, every --eval-interval
+opt steps):
+  best          the highest evaluation.
+  final         the last evaluation.
+  last-5 mean   the mean of the last 5 evaluations (of all of them when there are fewer).
+  env steps / wall s to target
+                env steps and trainer seconds (the summary's clock: from the trainer's start,
+                Python and JAX imports excluded, compilation and process actors' start-up
+                included) at the first evaluation >= the row's target; '-' when none did.
+  AUC           the area under the eval-return curve over env steps (trapezoids between
+                evaluations) divided by the env-step span from the first to the last evaluation:
+                the curve's mean return, in return units, so runs of different lengths compare.
+  solved        best >= target.
+  held          final >= the row's hold threshold AND last-5 mean >= it (it learnt and stayed).
+  totals        env steps, opt steps and trainer seconds of the whole run (summary.json).
+Per cell: solved and held as k/n over the n seeds run (a failed run counts as neither); returns
+and AUC as "median / worst" (worst = min) over the runs that did not fail; env steps and wall s to
+target as "median / worst" with worst = max and a seed that never reached the target (or failed)
+counted as infinitely slow, so the median is '-' once half the seeds never got there.
+
+Outputs in --out: results.json (every run's figures and exact command, the per-cell aggregates,
+the git commit and whether tracked files were modified), results.md (the two tables, also printed
+at the end), and one <row>-<mode>.png per cell: eval return against env steps, one thin line per
+seed, their median in bold (each seed interpolated onto a common env-step grid, over the range
+every seed covers), the target dashed. PNGs need matplotlib (pip install matplotlib).
+
+Run (from the repository root; the full default matrix is 3 rows x 3 modes x 5 seeds = 45 runs):
+  python scripts/bench_learning.py                                    # the full matrix
+  python scripts/bench_learning.py --resume                           # continue an interrupted one
+  python scripts/bench_learning.py --rows dqn-cartpole --modes sync --seeds 0 1   # a quick check
+  python scripts/bench_learning.py --rows rainbow-minatar-breakout --modes process --seeds 0 1 2
+  python scripts/bench_learning.py --rows dqn-cartpole --out /tmp/lr5e-4 \\
+      --extra "--agent.learning-rate 5e-4 --max-opts 20000"         # a setting across the matrix
+  python scripts/bench_learning.py --dry-run                          # print the commands only
+--extra's value is split like a shell command line and appended to every run's flags, so it
+overrides the row's and the mode's. A single flag without a space must be given with '=':
+--extra=--no-double-q (argparse takes a lone value starting with '-' for an option).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+LOG_TAIL_LINES = 30
+LAST_K = 5  # evaluations averaged into "last-5 mean"
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+  """One algorithm on one env: the script, its flags, and what counts as learnt."""
+  script: str
+  """path from the repository root."""
+  flags: tuple[str, ...] = ()
+  target: float | None = None
+  """'solved' and the to-target columns; None: report only."""
+  hold: float | None = None
+  """'held': final and last-5 mean both >= this; None: report only."""
+  default: bool = True
+  """in --rows' default selection."""
+
+
+ROWS: dict[str, Row] = {
+    "dqn-cartpole": Row("experiments/dqn.py", (), target=475.0, hold=450.0),
+    "dqn-acrobot": Row("experiments/dqn.py", ("--env-id", "Acrobot-v1"), target=-100.0,
+                       hold=-100.0),
+    "rainbow-cartpole": Row("experiments/rainbow.py", (), target=475.0, hold=450.0),
+    # 10 minutes a run: only when asked for.
+    "rainbow-minatar-breakout": Row("experiments/rainbow.py",
+                                    ("--preset", "minatar", "--duration", "600"), default=False),
+}
+
+MODES: dict[str, tuple[str, ...]] = {
+    "sync": ("--mode", "sync"),
+    "thread": ("--mode", "async", "--async.actor-mode", "thread"),
+    "process": ("--mode", "async", "--async.actor-mode", "process"),
+}
+
+
+# --- figures (pure) -------------------------------------------------------------------------------
+def trapezoid_mean(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+  """Trapezoid area under (xs, ys) divided by the span xs[-1] - xs[0]: the curve's mean height.
+
+  A single point (or a zero span) is its own mean; no points: None.
+  """
+  if not xs:
+    return None
+  span = xs[-1] - xs[0]
+  if span <= 0:
+    return float(statistics.fmean(ys))
+  area = sum((x1 - x0) * (y0 + y1) / 2 for x0, x1, y0, y1 in zip(xs, xs[1:], ys, ys[1:]))
+  return float(area / span)
+
+
+def run_metrics(evals: Sequence[dict], target: float | None, hold: float | None) -> dict:
+  """The per-run figures from summary.json's ``evals`` (in the order they were made).
+
+  Returns best, final, last5 (mean of the last ``LAST_K``), the env steps / wall seconds / opt
+  steps of the first evaluation >= ``target`` (None if none), auc (``trapezoid_mean`` over env
+  steps), solved (best >= target) and held (final and last5 >= ``hold``); solved / held are None
+  when the row has no target / hold, False when there are no evaluations.
+  """
+  rewards = [float(e["eval_reward"]) for e in evals]
+  first = next((e for e in evals if target is not None and e["eval_reward"] >= target), None)
+  out = {
+      "n_evals": len(evals), "target": target, "hold": hold,
+      "best": max(rewards) if rewards else None,
+      "final": rewards[-1] if rewards else None,
+      "last5": float(statistics.fmean(rewards[-LAST_K:])) if rewards else None,
+      "target_env_steps": first["env_steps"] if first else None,
+      "target_wall_s": first["wall_s"] if first else None,
+      "target_opt_steps": first["opt_steps"] if first else None,
+      "auc": trapezoid_mean([e["env_steps"] for e in evals], rewards),
+  }
+  out["solved"] = None if target is None else bool(rewards) and out["best"] >= target
+  out["held"] = (None if hold is None else
+                 bool(rewards) and out["final"] >= hold and out["last5"] >= hold)
+  return out
+
+
+def _median_worst(values: list[float], worst=min) -> dict:
+  """{"median", "worst"} of ``values`` (None when empty); infinities come back as None."""
+  if not values:
+    return {"median": None, "worst": None}
+  finite = lambda x: None if math.isinf(x) else x
+  return {"median": finite(statistics.median(values)), "worst": finite(worst(values))}
+
+
+def aggregate(runs: Sequence[dict]) -> dict:
+  """One cell's figures from its runs' ``run_metrics`` dicts (each with ``failed``: bool).
+
+  seeds: the number of runs, failed among them; solved / held: how many (None for a report-only
+  row); best / final / last5 / auc: median and worst (min) over the runs that did not fail;
+  target_env_steps / target_wall_s: median and worst (max) over every run, one that never reached
+  the target or failed counting as infinite (reported as None), plus ``reached``: how many did.
+  """
+  ok = [r for r in runs if not r["failed"]]
+  target = next((r["target"] for r in runs), None)
+  hold = next((r["hold"] for r in runs), None)
+  out = {"seeds": len(runs), "failed": len(runs) - len(ok),
+         "solved": None if target is None else sum(bool(r["solved"]) for r in ok),
+         "held": None if hold is None else sum(bool(r["held"]) for r in ok)}
+  for key in ("best", "final", "last5", "auc"):
+    out[key] = _median_worst([r[key] for r in ok if r.get(key) is not None])
+  for key in ("target_env_steps", "target_wall_s"):
+    if target is None:
+      out[key] = {"median": None, "worst": None, "reached": None}
+      continue
+    values = [math.inf if r["failed"] or r.get(key) is None else r[key] for r in runs]
+    out[key] = {**_median_worst(values, worst=max),
+                "reached": sum(not math.isinf(v) for v in values)}
+  return out
+
+
+def common_grid(curves: Sequence[tuple[Sequence[float], Sequence[float]]],
+                points: int = 200) -> np.ndarray:
+  """Env steps from the latest first evaluation to the earliest last one: where every curve is
+  defined, so the median is never taken over extrapolated values. Empty if they do not overlap."""
+  curves = [c for c in curves if len(c[0])]
+  if not curves:
+    return np.zeros(0)
+  lo, hi = max(c[0][0] for c in curves), min(c[0][-1] for c in curves)
+  return np.linspace(lo, hi, points) if hi > lo else np.zeros(0)
+
+
+def median_curve(curves: Sequence[tuple[Sequence[float], Sequence[float]]],
+                 grid: Sequence[float]) -> np.ndarray:
+  """The median across ``curves`` ((env_steps, returns) pairs) of each one linearly interpolated
+  at ``grid``; NaN at a grid point outside some curve's range (np.interp would clamp there)."""
+  grid = np.asarray(grid, np.float64)
+  if not curves:
+    return np.full(grid.shape, np.nan)
+  stacked = []
+  for xs, ys in curves:
+    xs, ys = np.asarray(xs, np.float64), np.asarray(ys, np.float64)
+    y = np.interp(grid, xs, ys) if len(xs) else np.full(grid.shape, np.nan)
+    if len(xs):
+      y[(grid < xs[0]) | (grid > xs[-1])] = np.nan
+    stacked.append(y)
+  return np.median(np.stack(stacked), axis=0)  # NaN wherever any curve is NaN
+
+
+# --- running --------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Job:
+  row: str
+  mode: str
+  seed: int
+  logdir: Path
+  command: list[str]
+
+
+def build_jobs(rows: Sequence[str], modes: Sequence[str], seeds: Sequence[int], out: Path,
+               extra: Sequence[str]) -> list[Job]:
+  """The matrix in run order: row, then mode, then seed (a cell's seeds run back to back)."""
+  jobs = []
+  for row in rows:
+    for mode in modes:
+      for seed in seeds:
+        logdir = out / "runs" / row / mode / f"seed{seed}"
+        command = [sys.executable, ROWS[row].script, *ROWS[row].flags, *MODES[mode],
+                   "--seed", str(seed), "--logdir", str(logdir), "--no-progress", *extra]
+        jobs.append(Job(row, mode, seed, logdir, command))
+  return jobs
+
+
+def git_state() -> dict:
+  """Commit and whether tracked files differ from it (untracked files, e.g. --out, don't count)."""
+  def git(*args):
+    try:
+      return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                            timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+      return ""
+  changed = git("status", "--porcelain", "--untracked-files=no")
+  return {"commit": git("rev-parse", "--short", "HEAD") or None, "dirty": bool(changed),
+          "changed": changed.splitlines()}
+
+
+def read_json(path: Path) -> dict | None:
+  try:
+    return json.loads(path.read_text())
+  except (OSError, ValueError):
+    return None
+
+
+def is_done(job: Job) -> bool:
+  """A finished, successful run: summary.json there, not interrupted, not recorded as failed."""
+  summary = read_json(job.logdir / "summary.json")
+  status = read_json(job.logdir / "bench_run.json") or {}
+  return (summary is not None and not summary.get("interrupted", False)
+          and not status.get("failed", False))
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+  try:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+  except OSError:
+    return ""
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+  """SIGTERM to the run's process group (its process actors included), SIGKILL if it lingers."""
+  for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+    try:
+      os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+      return
+    try:
+      proc.wait(wait)
+      return
+    except subprocess.TimeoutExpired:
+      pass
+
+
+def execute(job: Job, timeout: float, git: dict) -> dict:
+  """Runs one job to its end or ``timeout``; writes and returns its bench_run.json record."""
+  job.logdir.mkdir(parents=True, exist_ok=True)
+  for stale in ("summary.json", "bench_run.json"):
+    (job.logdir / stale).unlink(missing_ok=True)
+  status = {"command": job.command, "cwd": str(ROOT), "git": git, "returncode": None,
+            "timed_out": False, "failed": True, "process_wall_s": None}
+  # Unbuffered, so that stdout and stderr interleave in log.txt as they happened. A session of
+  # its own: Ctrl-C here does not reach the run (we stop it), and killpg reaches its actors.
+  env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+  start = time.perf_counter()
+  with open(job.logdir / "log.txt", "w") as log:
+    log.write(f"$ {shlex.join(job.command)}\n")
+    log.flush()
+    proc = subprocess.Popen(job.command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+    try:
+      status["returncode"] = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+      status["timed_out"] = True
+      kill_group(proc)
+      status["returncode"] = proc.returncode
+    except BaseException:  # Ctrl-C: stop the run, leave it unfinished (--resume reruns it)
+      kill_group(proc)
+      raise
+  status["process_wall_s"] = time.perf_counter() - start
+  status["failed"] = (status["timed_out"] or status["returncode"] != 0
+                      or read_json(job.logdir / "summary.json") is None)
+  (job.logdir / "bench_run.json").write_text(json.dumps(status, indent=1))
+  return status
+
+
+def collect(job: Job) -> dict:
+  """One run's record for results.json: figures, totals, command and status, from its files."""
+  row = ROWS[job.row]
+  summary = read_json(job.logdir / "summary.json")
+  status = read_json(job.logdir / "bench_run.json") or {}
+  failed = summary is None or summary.get("interrupted", False) or status.get("failed", False)
+  record = {"row": job.row, "mode": job.mode, "seed": job.seed, "logdir": str(job.logdir),
+            "command": status.get("command", job.command),
+            "command_str": shlex.join(status.get("command", job.command)),
+            "git": status.get("git"), "failed": bool(failed),
+            "returncode": status.get("returncode"), "timed_out": status.get("timed_out", False),
+            "process_wall_s": status.get("process_wall_s")}
+  record.update(run_metrics((summary or {}).get("evals", []), row.target, row.hold))
+  for key in ("env_steps", "opt_steps", "wall_s"):
+    record[f"total_{key}"] = (summary or {}).get(key)
+  record["curve"] = [[e["env_steps"], e["eval_reward"]] for e in (summary or {}).get("evals", [])]
+  if failed:
+    record["why"] = ("timed out" if status.get("timed_out") else
+                     f"exit {status['returncode']}" if status.get("returncode") not in (None, 0) else
+                     "interrupted" if summary and summary.get("interrupted") else
+                     "no summary.json")
+    record["log_tail"] = log_tail(job.logdir / "log.txt")
+  return record
+
+
+# --- reporting ------------------------------------------------------------------------------------
+def fmt_return(x) -> str:
+  return "-" if x is None else f"{x:.1f}"
+
+
+def fmt_steps(x) -> str:
+  return "-" if x is None else f"{x:,.0f}"
+
+
+def fmt_secs(x) -> str:
+  return "-" if x is None else f"{x:.1f}"
+
+
+def pair(d: dict, fmt) -> str:
+  return f"{fmt(d['median'])} / {fmt(d['worst'])}"
+
+
+def frac(k, n) -> str:
+  return "-" if k is None else f"{k}/{n}"
+
+
+def markdown(records: list[dict], cells: dict, header: list[str]) -> str:
+  lines = [*header, "",
+           "| row | mode | seeds | solved | held | best | final | last-5 mean "
+           "| env steps to target | wall s to target | AUC |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+  for (row, mode), a in cells.items():
+    seeds = f"{a['seeds']}" + (f" ({a['failed']} failed)" if a["failed"] else "")
+    lines.append(
+        f"| {row} | {mode} | {seeds} | {frac(a['solved'], a['seeds'])} "
+        f"| {frac(a['held'], a['seeds'])} | {pair(a['best'], fmt_return)} "
+        f"| {pair(a['final'], fmt_return)} | {pair(a['last5'], fmt_return)} "
+        f"| {pair(a['target_env_steps'], fmt_steps)} | {pair(a['target_wall_s'], fmt_secs)} "
+        f"| {pair(a['auc'], fmt_return)} |")
+  lines += ["", "| row | mode | seed | best | final | last-5 mean | env steps to target "
+            "| wall s to target | AUC | env steps | wall s |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
+  for r in records:
+    seed = f"{r['seed']}" + (f" (failed: {r['why']})" if r["failed"] else "")
+    lines.append(
+        f"| {r['row']} | {r['mode']} | {seed} | {fmt_return(r['best'])} "
+        f"| {fmt_return(r['final'])} | {fmt_return(r['last5'])} "
+        f"| {fmt_steps(r['target_env_steps'])} | {fmt_secs(r['target_wall_s'])} "
+        f"| {fmt_return(r['auc'])} | {fmt_steps(r['total_env_steps'])} "
+        f"| {fmt_secs(r['total_wall_s'])} |")
+  failed = [r for r in records if r["failed"]]
+  if failed:
+    lines += ["", "Failed runs (log tails in results.json):"]
+    lines += [f"- {r['row']} {r['mode']} seed {r['seed']}: {r['why']}, "
+              f"{Path(r['logdir']) / 'log.txt'}" for r in failed]
+  return "\n".join(lines) + "\n"
+
+
+def legend(rows: Sequence[str]) -> str:
+  """What the columns mean, with the selected rows' targets and hold thresholds."""
+  thresholds = ", ".join(f"{n} {ROWS[n].target:g} / {ROWS[n].hold:g}" for n in rows
+                         if ROWS[n].target is not None and ROWS[n].hold is not None)
+  return (
+      f"Targets / hold thresholds: {thresholds or 'none (report-only rows)'}. "
+      "Per cell: solved = seeds whose best evaluation >= target; held = seeds whose final "
+      "evaluation and last-5 mean are both >= the hold threshold; both out of the seeds run (a "
+      "failed run counts as neither). Returns and AUC: median / worst (min) over the runs that "
+      "did not fail. To target: env steps and trainer wall seconds (from the trainer's start: "
+      "imports excluded, compilation and process actors' start-up included) at the first "
+      "evaluation >= target, median / worst (max), a seed that never got there counted as "
+      "infinitely slow ('-'). AUC: trapezoid area under the eval-return curve over env steps "
+      "divided by the env-step span from the first to the last evaluation, i.e. the mean eval "
+      "return over training, in return units.")
+
+
+
+
+def plot_cells(records: list[dict], out: Path) -> list[str]:
+  """One PNG per cell; [] (and one line printed) when matplotlib is missing."""
+  try:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+  except ImportError:
+    print("pip install matplotlib for the learning-curve PNGs")
+    return []
+  written = []
+  cells: dict[tuple[str, str], list[dict]] = {}
+  for r in records:
+    cells.setdefault((r["row"], r["mode"]), []).append(r)
+  for (row, mode), runs in cells.items():
+    curves = [([p[0] for p in r["curve"]], [p[1] for p in r["curve"]]) for r in runs
+              if r["curve"] and not r["failed"]]
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+    for r in runs:
+      if r["curve"] and not r["failed"]:
+        xs, ys = zip(*r["curve"])
+        ax.plot(xs, ys, lw=0.9, alpha=0.4, label=f"seed {r['seed']}")
+    grid = common_grid(curves)
+    if len(grid) and len(curves) > 1:
+      ax.plot(grid, median_curve(curves, grid), color="black", lw=2.5, label="median")
+    if ROWS[row].target is not None:
+      ax.axhline(ROWS[row].target, color="tab:red", ls="--", lw=1,
+                 label=f"target {ROWS[row].target:g}")
+    seeds = " ".join(str(r["seed"]) for r in runs)
+    failed = sum(r["failed"] for r in runs)
+    ax.set_title(f"{row}, {mode}, seeds {seeds}" + (f" ({failed} failed)" if failed else ""))
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("eval return")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    path = out / f"{row}-{mode}.png"
+    fig.savefig(path)
+    plt.close(fig)
+    written.append(str(path))
+  return written
+
+
+# --- main -----------------------------------------------------------------------------------------
+def run_matrix(jobs: list[Job], args: argparse.Namespace, git: dict) -> bool:
+  """Runs (or with --resume skips) each job in turn, printing a line per run; True if stopped
+  by Ctrl-C (or SIGTERM / SIGHUP)."""
+  for i, job in enumerate(jobs, 1):
+    name = f"[{i}/{len(jobs)}] {job.row} {job.mode} seed {job.seed}"
+    if args.resume and is_done(job):
+      recorded = (read_json(job.logdir / "bench_run.json") or {}).get("command")
+      # Resuming with other flags would mix settings in one table: say so (results.json keeps
+      # each run's own command).
+      differs = recorded is not None and recorded != job.command
+      print(f"{name}: done, skipped (--resume)"
+            + (f"; WARNING: it ran as {shlex.join(recorded)}" if differs else ""), flush=True)
+      continue
+    try:
+      status = execute(job, args.timeout, git)
+    except KeyboardInterrupt:
+      print(f"\n{name}: interrupted; its run was stopped. Rerun with --resume to continue.",
+            flush=True)
+      return True
+    r = collect(job)
+    if r["failed"]:
+      print(f"{name}: FAILED ({r['why']}) after {status['process_wall_s']:.0f} s; "
+            f"{job.logdir / 'log.txt'}:\n{r['log_tail']}", flush=True)
+    else:
+      reached = ("" if r["target"] is None else
+                 f", target {r['target']:g} at {fmt_steps(r['target_env_steps'])} env steps "
+                 f"({fmt_secs(r['target_wall_s'])} s)" if r["solved"] else
+                 f", target {r['target']:g} not reached")
+      print(f"{name}: best {fmt_return(r['best'])} final {fmt_return(r['final'])} last-5 "
+            f"{fmt_return(r['last5'])}{reached}; {fmt_steps(r['total_env_steps'])} env steps, "
+            f"{status['process_wall_s']:.0f} s", flush=True)
+  return False
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+  p = argparse.ArgumentParser(description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--rows", nargs="+", choices=list(ROWS),
+                 default=[name for name, row in ROWS.items() if row.default])
+  p.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
+  p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
+  p.add_argument("--out", default="bench_learning_out",
+                 help="runs, results.json, results.md and the PNGs go here")
+  p.add_argument("--resume", action="store_true",
+                 help="skip runs whose summary.json exists (and did not fail)")
+  p.add_argument("--timeout", type=float, default=900.0,
+                 help="seconds per run before it is killed and recorded as failed")
+  p.add_argument("--extra", action="append", default=[],
+                 help="flags appended to every run, one string split like a shell line "
+                      "(repeatable): --extra \"--max-opts 20000 --eval-interval 500\"")
+  p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+  return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> dict | None:
+  args = parse_args(argv)
+  out = Path(args.out).resolve()
+  extra = [a for chunk in args.extra for a in shlex.split(chunk)]
+  jobs = build_jobs(args.rows, args.modes, args.seeds, out, extra)
+  invocation = shlex.join([sys.executable, *sys.argv] if argv is None
+                          else [sys.executable, "scripts/bench_learning.py", *argv])
+
+  if args.dry_run:
+    for job in jobs:
+      done = args.resume and is_done(job)
+      print(("# done, skipped by --resume: " if done else "") + shlex.join(job.command))
+    return None
+
+  git = git_state()
+  print(f"jaxasync learning dashboard: {len(args.rows)} row(s) x {len(args.modes)} mode(s) x "
+        f"{len(args.seeds)} seed(s) = {len(jobs)} runs, one at a time, in {out} "
+        f"(git {git['commit']}{', modified' if git['dirty'] else ''})", flush=True)
+  start = time.perf_counter()
+  # Runs are in sessions of their own (see execute), so a SIGTERM or SIGHUP that ends this
+  # process would leave the run going: take them as Ctrl-C, which stops it.
+  previous = {}
+  if threading.current_thread() is threading.main_thread():
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+      previous[sig] = signal.signal(sig, signal.default_int_handler)
+  try:
+    interrupted = run_matrix(jobs, args, git)
+  finally:
+    for sig, handler in previous.items():
+      signal.signal(sig, handler)
+
+  # The tables cover every run of the matrix that has files, this invocation's or an earlier one's.
+  records = [collect(job) for job in jobs
+             if (job.logdir / "summary.json").exists() or (job.logdir / "bench_run.json").exists()]
+  cells: dict[tuple[str, str], dict] = {}
+  for row in args.rows:
+    for mode in args.modes:
+      runs = [r for r in records if (r["row"], r["mode"]) == (row, mode)]
+      if runs:
+        cells[(row, mode)] = aggregate(runs)
+  commits = sorted({(r["git"] or {}).get("commit") or "?" for r in records})
+  header = ["# jaxasync learning dashboard", "",
+            f"`{invocation}`", "",
+            f"git {', '.join(commits)}" + (" (runs from different commits!)" if len(commits) > 1
+                                           else "")
+            + (", tracked files modified" if any((r["git"] or {}).get("dirty") for r in records)
+               else "")
+            + ("" if not extra else f"; extra flags: `{shlex.join(extra)}`"), "",
+            legend(args.rows)]
+  md = markdown(records, cells, header)
+  out.mkdir(parents=True, exist_ok=True)
+  (out / "results.md").write_text(md)
+  pngs = plot_cells(records, out) if records else []
+  result = {
+      "invocation": invocation, "args": vars(args), "extra": extra, "git": git,
+      "rows": {n: dataclasses.asdict(ROWS[n]) for n in args.rows},
+      "modes": {m: list(MODES[m]) for m in args.modes},
+      "cells": [{"row": row, "mode": mode, **a} for (row, mode), a in cells.items()],
+      "runs": records, "interrupted": interrupted, "pngs": pngs,
+      "wall_s": time.perf_counter() - start,
+  }
+  (out / "results.json").write_text(json.dumps(result, indent=1, default=float))
+  print("\n" + md)
+  print(f"results: {out / 'results.md'}, {out / 'results.json'}"
+        + (f", {len(pngs)} PNG(s) in {out}" if pngs else ""))
+  print(f"command: {invocation}")
+  if interrupted:
+    sys.exit(130)
+  return result
+
+
+if __name__ == "__main__":
+  main()

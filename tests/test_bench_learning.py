@@ -1,0 +1,186 @@
+"""The learning dashboard's figures against hand computations, its commands, and its run /
+resume / failure handling on a stand-in experiment (no training)."""
+
+import importlib.util
+import json
+import math
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_learning.py"
+
+
+def _load():
+  name = "jaxasync_scripts_bench_learning"
+  if name not in sys.modules:
+    spec = importlib.util.spec_from_file_location(name, SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclass annotations are resolved through sys.modules
+    spec.loader.exec_module(module)
+  return sys.modules[name]
+
+
+bl = _load()
+
+# env steps 0..6000, returns climbing past 475 at 3000 and sagging at the end.
+EVALS = [{"opt_steps": 500 * (i + 1), "env_steps": x, "wall_s": w, "eval_reward": y}
+         for i, (x, w, y) in enumerate([(1000, 1.0, 10.0), (2000, 2.0, 200.0), (3000, 3.5, 480.0),
+                                        (4000, 5.0, 500.0), (5000, 6.0, 460.0), (6000, 7.0, 440.0)])]
+
+
+def test_run_metrics_by_hand():
+  m = bl.run_metrics(EVALS, target=475.0, hold=450.0)
+  assert m["n_evals"] == 6
+  assert m["best"] == 500.0 and m["final"] == 440.0
+  assert m["last5"] == pytest.approx((200 + 480 + 500 + 460 + 440) / 5)  # 416
+  assert (m["target_env_steps"], m["target_wall_s"], m["target_opt_steps"]) == (3000, 3.5, 1500)
+  # trapezoids of width 1000: (10+200)/2 + (200+480)/2 + (480+500)/2 + (500+460)/2 + (460+440)/2
+  # = 105 + 340 + 490 + 480 + 450 = 1865 (x1000), over the span 5000
+  assert m["auc"] == pytest.approx(1865 * 1000 / 5000)
+  assert m["solved"] is True
+  assert m["held"] is False  # final 440 < 450 (and last-5 416 < 450)
+  # held both ways: a lower hold threshold is met by final 440 and last-5 416...
+  assert bl.run_metrics(EVALS, 475.0, 400.0)["held"] is True
+  # ...and final >= hold alone is not enough when the last-5 mean is below it.
+  assert bl.run_metrics(EVALS, 475.0, 430.0)["held"] is False
+  # fewer than 5 evaluations: last5 is the mean of those there; one point: AUC is its value.
+  two = bl.run_metrics(EVALS[:2], 475.0, 450.0)
+  assert two["last5"] == 105.0 and two["auc"] == 105.0 and two["solved"] is False
+  assert bl.run_metrics(EVALS[:1], None, None)["auc"] == 10.0
+
+
+def test_never_reaching_the_target_is_none_and_not_solved():
+  m = bl.run_metrics(EVALS, target=600.0, hold=450.0)
+  assert m["target_env_steps"] is None and m["target_wall_s"] is None
+  assert m["solved"] is False and m["held"] is False
+  report_only = bl.run_metrics(EVALS, target=None, hold=None)
+  assert report_only["solved"] is None and report_only["held"] is None
+  assert report_only["target_env_steps"] is None and report_only["best"] == 500.0
+  empty = bl.run_metrics([], target=475.0, hold=450.0)
+  assert empty["best"] is None and empty["auc"] is None
+  assert empty["solved"] is False and empty["held"] is False
+
+
+def _run(best_at, steps_to_target, wall_to_target, failed=False, target=475.0):
+  """A run_metrics-like dict: best = final = last5 = auc = best_at."""
+  solved = steps_to_target is not None
+  return {"failed": failed, "target": target, "hold": 450.0, "best": best_at, "final": best_at,
+          "last5": best_at, "auc": best_at, "solved": solved, "held": best_at >= 450,
+          "target_env_steps": steps_to_target, "target_wall_s": wall_to_target}
+
+
+def test_aggregate_medians_and_worsts():
+  runs = [_run(500.0, 3000, 3.0), _run(490.0, 5000, 9.0), _run(300.0, None, None),
+          _run(480.0, 4000, 4.0)]
+  a = bl.aggregate(runs)
+  assert (a["seeds"], a["failed"], a["solved"], a["held"]) == (4, 0, 3, 3)
+  assert a["best"] == {"median": 485.0, "worst": 300.0}
+  assert a["auc"] == {"median": 485.0, "worst": 300.0}
+  # 3000, 4000, 5000, inf: median (4000 + 5000) / 2; worst: never reached -> None
+  assert a["target_env_steps"] == {"median": 4500.0, "worst": None, "reached": 3}
+  assert a["target_wall_s"] == {"median": 6.5, "worst": None, "reached": 3}
+  # all reached: worst is the max
+  a = bl.aggregate(runs[:2])
+  assert a["target_env_steps"] == {"median": 4000.0, "worst": 5000, "reached": 2}
+  # a failed run counts as not solved / not reached, and is left out of the return medians.
+  a = bl.aggregate([_run(500.0, 3000, 3.0), _run(500.0, 2000, 2.0, failed=True)])
+  assert (a["seeds"], a["failed"], a["solved"], a["held"]) == (2, 1, 1, 1)
+  assert a["best"] == {"median": 500.0, "worst": 500.0}
+  assert a["target_env_steps"] == {"median": None, "worst": None, "reached": 1}
+  # half or more never reached: median '-' in the table
+  a = bl.aggregate([_run(500.0, 3000, 3.0), _run(100.0, None, None)])
+  assert a["target_env_steps"]["median"] is None
+  assert bl.pair(a["target_env_steps"], bl.fmt_steps) == "- / -"
+  assert bl.aggregate([_run(500.0, None, None, target=None)])["solved"] is None
+
+
+def test_median_curve_interpolates_on_a_common_grid():
+  curves = [([0, 10], [0.0, 10.0]), ([0, 5, 10], [0.0, 20.0, 20.0]), ([2, 10], [30.0, 30.0])]
+  grid = bl.common_grid(curves, points=5)
+  np.testing.assert_allclose(grid, [2, 4, 6, 8, 10])  # where all three are defined
+  # at 4: 4, 16, 30 -> 16; at 8: 8, 20, 30 -> 20
+  np.testing.assert_allclose(bl.median_curve(curves, [4, 8]), [16.0, 20.0])
+  assert math.isnan(bl.median_curve(curves, [1])[0])  # curve 3 starts at 2: no clamping
+
+
+def test_dry_run_prints_each_command_with_the_rows_and_modes_flags(tmp_path, capsys):
+  assert bl.main(["--dry-run", "--rows", "dqn-acrobot", "rainbow-minatar-breakout", "--modes",
+                  "sync", "process", "--seeds", "3", "--out", str(tmp_path / "out"),
+                  "--extra", "--max-opts 100 --eval-interval 50"]) is None
+  lines = capsys.readouterr().out.strip().splitlines()
+  assert len(lines) == 4
+  for line, (script, row_flags, mode) in zip(lines, [
+      ("experiments/dqn.py", "--env-id Acrobot-v1", "sync"),
+      ("experiments/dqn.py", "--env-id Acrobot-v1", "process"),
+      ("experiments/rainbow.py", "--preset minatar --duration 600", "sync"),
+      ("experiments/rainbow.py", "--preset minatar --duration 600", "process")]):
+    assert script in line and row_flags in line
+    assert (" --mode sync " in line if mode == "sync"
+            else " --mode async --async.actor-mode process " in line)
+    assert " --seed 3 " in line and " --no-progress " in line
+    row = "dqn-acrobot" if "dqn" in script else "rainbow-minatar-breakout"
+    assert f"--logdir {tmp_path / 'out' / 'runs' / row / mode / 'seed3'}" in line
+    assert line.endswith("--max-opts 100 --eval-interval 50")  # --extra last: it overrides
+  assert not (tmp_path / "out").exists()  # a dry run writes nothing
+
+
+# A stand-in experiment: seed 0 and 1 write a summary, six evaluations rising to 500 / 300 by the
+# second and staying there (seed 1 never reaches 475), seed 2 exits
+# 1, seed 3 hangs (--timeout); each run appends its seed to a file, to count the runs made.
+FAKE = textwrap.dedent("""
+  import json, os, sys, time
+  seed = int(sys.argv[sys.argv.index("--seed") + 1])
+  logdir = sys.argv[sys.argv.index("--logdir") + 1]
+  with open(os.path.join(os.path.dirname(__file__), "calls.txt"), "a") as f:
+    f.write(f"{seed}\\n")
+  print("training seed", seed)
+  if seed == 2:
+    sys.exit("boom")
+  if seed == 3:
+    time.sleep(60)
+  top = 500.0 if seed == 0 else 300.0
+  evals = [{"opt_steps": 100 * i, "env_steps": 1000 * i, "wall_s": float(i),
+            "eval_reward": top * min(1.0, i / 2)} for i in range(1, 7)]
+  os.makedirs(logdir, exist_ok=True)
+  with open(os.path.join(logdir, "summary.json"), "w") as f:
+    json.dump({"evals": evals, "env_steps": 4000, "opt_steps": 400, "wall_s": 4.5,
+               "best_eval_reward": top, "final_eval_reward": top, "interrupted": False}, f)
+""")
+
+
+def test_matrix_runs_records_failures_and_resumes(tmp_path, monkeypatch, capsys):
+  fake = tmp_path / "fake_experiment.py"
+  fake.write_text(FAKE)
+  monkeypatch.setitem(bl.ROWS, "fake", bl.Row(str(fake), ("--env-id", "Fake-v0"), target=475.0,
+                                              hold=450.0, default=False))
+  out = tmp_path / "out"
+  argv = ["--rows", "fake", "--modes", "sync", "--seeds", "0", "1", "2", "3", "--out", str(out),
+          "--timeout", "2"]
+  result = bl.main(argv)
+  runs = {r["seed"]: r for r in result["runs"]}
+  assert runs[0]["solved"] and runs[0]["held"] and not runs[0]["failed"]
+  assert runs[0]["target_env_steps"] == 2000 and runs[0]["auc"] == pytest.approx(475.0)
+  assert runs[0]["total_env_steps"] == 4000 and runs[0]["total_wall_s"] == 4.5
+  assert not runs[1]["solved"] and runs[1]["target_env_steps"] is None
+  assert runs[2]["failed"] and runs[2]["why"] == "exit 1" and "boom" in runs[2]["log_tail"]
+  assert runs[3]["failed"] and runs[3]["why"] == "timed out"
+  (cell,) = result["cells"]
+  assert (cell["seeds"], cell["failed"], cell["solved"], cell["held"]) == (4, 2, 1, 1)
+  assert cell["best"] == {"median": 400.0, "worst": 300.0}
+  md = (out / "results.md").read_text()
+  assert "| fake | sync | 4 (2 failed) | 1/4 | 1/4 | 400.0 / 300.0 |" in md
+  assert "| fake | sync | 1 | 300.0 | 300.0 | 300.0 | - | - | 285.0 | 4,000 | 4.5 |" in md
+  assert md in capsys.readouterr().out
+  assert json.loads((out / "results.json").read_text())["runs"][0]["command"][1] == str(fake)
+  assert (out / "runs" / "fake" / "sync" / "seed0" / "log.txt").read_text().count("training") == 1
+  if importlib.util.find_spec("matplotlib") is not None:
+    assert (out / "fake-sync.png").stat().st_size > 0
+
+  # --resume reruns only the failed ones.
+  (tmp_path / "calls.txt").write_text("")
+  bl.main(argv[:-2] + ["--timeout", "0.5", "--resume"])
+  assert sorted((tmp_path / "calls.txt").read_text().split()) == ["2", "3"]
