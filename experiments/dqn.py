@@ -46,7 +46,8 @@ class Args:
   num_envs: int = 4
   """sub-envs of the (sync) training env; async uses --async.envs-per-actor."""
   gamma: float = 0.99
-  n_step: int = 1
+  n_step: int = 3
+  """n-step returns (3: failures reach the Q-values three times sooner than with 1)."""
   reward_clip: float = 0.0
   """clip each env reward to [-c, c] before the n-step sum (Atari: 1); 0: none. Episode
   returns and evaluations stay the game's score."""
@@ -67,10 +68,17 @@ class Args:
   save_interval: int = 10_000
   logdir: str = "runs/dqn"
   progress: bool = True
+  anneal_lr: bool = True
+  """anneal the learning rate linearly to --agent.learning-rate-end over --max-opts (unless
+  --agent.learning-rate-decay-steps is given): the final params settle instead of being
+  shaken by full-size Adam steps to the end (scripts/bench_learning.py measures the
+  difference)."""
   agent: ja.DQNConfig = dataclasses.field(default_factory=ja.DQNConfig)
   async_: Annotated[ja.AsyncConfig, tyro.conf.arg(name="async")] = dataclasses.field(
       # Measured defaults: one process actor with 4 envs, and a replay ratio of 64 sampled
-      # items per inserted transition (half sync's 128) so actors cannot outrun the learner.
+      # items per inserted transition: sync's 128 (one SGD step of 128 per env step) held
+      # CartPole less well with actors running ahead (1 of 5 seeds collapsed against 0 of 5),
+      # and the learner sets the pace either way.
       default_factory=lambda: ja.AsyncConfig(envs_per_actor=4, samples_per_insert=64.0))
 
 
@@ -79,6 +87,13 @@ def trainer_config(args: Args) -> ja.TrainerConfig:
   names = {f.name for f in dataclasses.fields(ja.TrainerConfig)} - {"model_dir"}
   return ja.TrainerConfig(model_dir=args.logdir,
                           **{n: getattr(args, n) for n in names if hasattr(args, n)})
+
+
+def agent_config(args: Args) -> ja.DQNConfig:
+  """``--agent.*`` with ``--anneal-lr`` applied: the decay spans ``--max-opts``."""
+  if args.anneal_lr and args.agent.learning_rate_decay_steps == 0:
+    return dataclasses.replace(args.agent, learning_rate_decay_steps=args.max_opts)
+  return args.agent
 
 
 def default_envs(args: Args) -> tuple[Any, Any]:
@@ -101,7 +116,8 @@ def run(args: Args, title: str, make_replay: Callable[[ja.DQN], Any] | None = No
   env, eval_env = envs if envs is not None else default_envs(args)
   config = trainer_config(args)
   obs_space, action_space = ja.envs.spaces_of(env)
-  agent = ja.DQN(args.agent, obs_space, action_space, args.env_id)
+  agent_cfg = agent_config(args)
+  agent = ja.DQN(agent_cfg, obs_space, action_space, args.env_id)
   replay = make_replay(agent) if make_replay is not None else None
   recorder = ja.MultiRecorder(
       ja.TensorboardRecorder(args.logdir),
@@ -117,7 +133,7 @@ def run(args: Args, title: str, make_replay: Callable[[ja.DQN], Any] | None = No
   if mode == "sync":
     summary = ja.Trainer(agent, env, config, recorder, eval_env, replay=replay).train()
   else:
-    summary, _ = ja.train_async(ja.DQN, args.agent, env, config, ac, recorder, eval_env,
+    summary, _ = ja.train_async(ja.DQN, agent_cfg, env, config, ac, recorder, eval_env,
                                 replay=replay)
   # Env frames: env steps times the env's frame skip (Atari), for comparison with other libraries.
   summary["env_frames_per_sec"] = (summary["env_steps"] * getattr(env, "frame_skip", 1)

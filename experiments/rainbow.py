@@ -57,6 +57,9 @@ Preset = Literal["cartpole", "minatar", "atari"]
 class Args(dqn_experiment.Args):
   """experiments/dqn.py's flags, with the agent's flags unprefixed and the replay's priorities."""
 
+  anneal_lr: bool = False
+  """anneal the learning rate to --learning-rate-end over --max-opts (off: the presets keep
+  their published constant step sizes)."""
   preset: Preset = "cartpole"
   """'cartpole' (a CPU-sized Rainbow that solves CartPole-v1), 'minatar' (Revisiting
   Rainbow's MinAtar settings, CPU-sized) or 'atari' (Dopamine-style Rainbow settings). Sets
@@ -92,7 +95,7 @@ def cartpole_preset() -> Args:
   """
   agent = ja.DQNConfig(
       hidden_sizes=(64, 64), learning_rate=1e-3, adam_eps=1e-8, batch_size=128, double_q=True,
-      target_update_period=250, dueling=True, num_atoms=51, v_min=0.0, v_max=100.0,
+      tau=1.0, target_update_period=250, dueling=True, num_atoms=51, v_min=0.0, v_max=100.0,
       noisy=True, noisy_sigma0=0.5)
   return Args(preset="cartpole", env_id="CartPole-v1", n_step=3, gamma=0.99,
               max_opts=50_000, warmup_period=1_000, opt_interval=1.0, updates_per_call=4,
@@ -110,7 +113,7 @@ def atari_preset() -> Args:
   frame once (``PrioritizedFrameReplayBuffer``): ~7.2 kB per transition, 7.2 GB for 1M.
   """
   agent = ja.DQNConfig(
-      learning_rate=6.25e-5, adam_eps=1.5e-4, batch_size=32, double_q=True,
+      learning_rate=6.25e-5, adam_eps=1.5e-4, batch_size=32, double_q=True, tau=1.0,
       target_update_period=2_000, dueling=True, num_atoms=51, v_min=-10.0, v_max=10.0,
       noisy=True, noisy_sigma0=0.5)
   return Args(preset="atari", env_id="ALE/Pong-v5", n_step=3, gamma=0.99, reward_clip=1.0,
@@ -136,7 +139,7 @@ def minatar_preset() -> Args:
   """
   agent = ja.DQNConfig(
       hidden_sizes=(128,), learning_rate=1e-4, adam_eps=3.125e-4, batch_size=32,
-      double_q=True, target_update_period=250, dueling=True, num_atoms=51, v_min=-100.0,
+      double_q=True, tau=1.0, target_update_period=250, dueling=True, num_atoms=51, v_min=-100.0,
       v_max=100.0, noisy=True, noisy_sigma0=0.5)
   return Args(preset="minatar", env_id="MinAtar/Breakout-v1", n_step=3, gamma=0.99,
               max_opts=2_500_000, warmup_period=1_000, opt_interval=4.0, updates_per_call=4,

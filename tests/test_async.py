@@ -201,15 +201,48 @@ def test_sigint_stops_saves_and_returns(tmp_path, mode):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["thread", "process"])
-def test_async_dqn_learns_cartpole(mode, tmp_path):
-  config = ja.TrainerConfig(max_opts=80_000, duration=120, target_eval_reward=475, seed=0,
+def test_async_thread_dqn_learns_cartpole(tmp_path):
+  config = ja.TrainerConfig(max_opts=50_000, duration=120, target_eval_reward=475, seed=0,
                             progress=False, model_dir=str(tmp_path))
   summary, stats = ja.train_async(ja.DQN, ja.DQNConfig(), CARTPOLE, config,
-                                  ja.AsyncConfig(actor_mode=mode, envs_per_actor=4))
+                                  ja.AsyncConfig(actor_mode="thread", envs_per_actor=4,
+                                                 samples_per_insert=64.0))
   assert summary["best_eval_reward"] >= 475, summary["evals"][-5:]
   assert (tmp_path / "best" / "state.msgpack").exists()
   assert stats[0].env_steps > 0
+
+
+@pytest.mark.slow
+def test_default_experiment_learns_and_holds_cartpole(tmp_path):
+  """The README's first command (experiments/dqn.py, no flags: async, one process actor)
+  solves CartPole-v1 and is still solving it at the end: the final evaluation is of the
+  final params, not the best ones."""
+  logdir = tmp_path / "run"
+  out = subprocess.run([sys.executable, "experiments/dqn.py", "--seed", "0", "--no-progress",
+                        "--logdir", str(logdir)], cwd=Path(__file__).resolve().parents[1],
+                       capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+  import json
+  summary = json.loads((logdir / "summary.json").read_text())
+  evals = [round(e["eval_reward"]) for e in summary["evals"]]
+  assert summary["mode"] == "async-process"
+  assert summary["best_eval_reward"] >= 475, evals
+  assert summary["final_eval_opt_steps"] == summary["opt_steps"]
+  assert summary["final_eval_reward"] >= 400, evals
+  assert (logdir / "final" / "state.msgpack").exists()
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_final_evaluation_is_of_the_final_params(mode):
+  trainer = _trainer(actor_mode=mode, config=_config(max_opts=300, eval_interval=128,
+                                                     eval_episodes=2))
+  summary = trainer.train()
+  assert summary["opt_steps"] == 300
+  opts = [e["opt_steps"] for e in summary["evals"]]
+  assert opts[-1] == 300 and opts == sorted(opts), opts
+  assert summary["final_eval_opt_steps"] == 300
+  walls = [e["wall_s"] for e in summary["evals"]]
+  assert walls == sorted(walls) and walls[-1] <= summary["wall_s"]
 
 
 @pytest.mark.parametrize("mode", ["thread", "process"])

@@ -9,6 +9,7 @@ import pytest
 import rlax
 
 from jaxasync import ConfigError, DQN, DQNConfig, Transition, linear_epsilon
+from jaxasync.agents.dqn import learning_rate_schedule
 
 from helpers import BOX4, host as _host, random_batch as _random_batch
 
@@ -228,7 +229,7 @@ def test_update_with_k_stacked_batches():
 
 
 def test_hard_target_copy_every_period():
-  agent = _agent(target_update_period=2, learning_rate=1e-2)
+  agent = _agent(target_update_period=2, tau=1.0, learning_rate=1e-2)
   state = agent.init(jax.random.PRNGKey(0))
   p0 = _host(state.params)
   chex.assert_trees_all_equal(_host(state.target_params), p0)
@@ -321,6 +322,22 @@ def test_linear_epsilon_schedule():
 
 
 # --- validation --------------------------------------------------------------------
+def test_learning_rate_anneals_linearly_then_holds():
+  """Adam's step size goes from learning_rate to learning_rate_end over
+  learning_rate_decay_steps SGD steps, counted inside the jitted k-step update."""
+  agent = _agent(learning_rate=1e-2, learning_rate_end=1e-3, learning_rate_decay_steps=10)
+  schedule = learning_rate_schedule(agent.config)
+  np.testing.assert_allclose([schedule(t) for t in (0, 5, 10, 20)],
+                             [1e-2, 5.5e-3, 1e-3, 1e-3], rtol=1e-6)
+  assert learning_rate_schedule(DQNConfig(learning_rate=3e-4)) == 3e-4  # constant
+  # The optimizer's own count advances with the SGD steps of a k-step call.
+  state = agent.init(jax.random.PRNGKey(0))
+  state = agent.update(state, _random_batch(np.random.default_rng(0), (4, 8)), None)[0]
+  counts = [np.asarray(x) for x in jax.tree.leaves(state.opt_state)
+            if np.ndim(x) == 0 and np.issubdtype(np.asarray(x).dtype, np.integer)]
+  assert counts and all(int(c) == 4 for c in counts)
+
+
 def test_continuous_action_space_is_rejected():
   with pytest.raises(ConfigError, match="need a Discrete action space") as e:
     DQN(DQNConfig(), BOX4, gym.spaces.Box(-1.0, 1.0, (2,), np.float32), env_id="Pendulum-v1")
@@ -338,6 +355,8 @@ def test_discrete_observation_space_is_rejected():
     (dict(target_update_period=0), "target_update_period must be >= 1"),
     (dict(num_atoms=5, v_min=1.0, v_max=1.0), "v_min < v_max"),
     (dict(eps_end=1.5), "eps_start and eps_end must be in"),
+    (dict(learning_rate=-1e-3), "need a positive learning_rate"),
+    (dict(learning_rate_end=-1.0, learning_rate_decay_steps=10), "learning_rate_end >= 0"),
 ])
 def test_bad_config_is_rejected(config, message):
   with pytest.raises(ConfigError, match=message):

@@ -47,14 +47,19 @@ class DQNConfig:
       ``"minatar_cnn"``.
     hidden_sizes: MLP torso sizes (vector observations); the MinAtar CNN's dense width is
       the last one.
-    learning_rate: Adam step size.
+    learning_rate: Adam step size (the initial one when annealed).
+    learning_rate_end: the step size reached after ``learning_rate_decay_steps``.
+    learning_rate_decay_steps: anneal the step size linearly from ``learning_rate`` to
+      ``learning_rate_end`` over this many SGD steps, then hold it; ``0``: constant.
     adam_eps: Adam epsilon.
     max_grad_norm: global-norm gradient clipping.
     batch_size: transitions per SGD step.
     double_q: select the bootstrap action with the online network.
     huber_delta: Huber loss threshold (expected-Q loss only).
     target_update_period: hard copy every this many SGD steps (used when ``tau == 1``).
-    tau: Polyak factor per SGD step; ``1.0`` means periodic hard copies.
+    tau: Polyak factor per SGD step (the target moves ``tau`` of the way to the online
+      params after every step; 0.005 averages over ~200 steps); ``1.0`` means periodic
+      hard copies every ``target_update_period`` steps instead.
     dueling: dueling head.
     num_atoms: ``1`` for expected Q; ``> 1`` for C51 over ``[v_min, v_max]``.
     v_min, v_max: C51 support.
@@ -65,15 +70,17 @@ class DQNConfig:
   """
 
   torso: str = "auto"
-  hidden_sizes: Sequence[int] = (64, 64)
+  hidden_sizes: Sequence[int] = (128, 128)
   learning_rate: float = 1e-3
+  learning_rate_end: float = 0.0
+  learning_rate_decay_steps: int = 0
   adam_eps: float = 1e-8
   max_grad_norm: float = 10.0
   batch_size: int = 128
   double_q: bool = True
   huber_delta: float = 1.0
   target_update_period: int = 250
-  tau: float = 1.0
+  tau: float = 0.005
   dueling: bool = False
   num_atoms: int = 1
   v_min: float = -10.0
@@ -101,6 +108,12 @@ class DQNConfig:
           "num_atoms >= 1 and v_min < v_max.")
     if not (0.0 <= self.eps_end <= 1.0 and 0.0 <= self.eps_start <= 1.0):
       raise ConfigError("eps_start and eps_end must be in [0, 1].")
+    if not (self.learning_rate > 0 and self.learning_rate_end >= 0
+            and self.learning_rate_decay_steps >= 0):
+      raise ConfigError(
+          f"learning_rate={self.learning_rate}, learning_rate_end={self.learning_rate_end}, "
+          f"learning_rate_decay_steps={self.learning_rate_decay_steps}: need a positive "
+          "learning_rate, learning_rate_end >= 0 and learning_rate_decay_steps >= 0.")
     if self.noisy and not self.noisy_sigma0 >= 0.0:
       raise ConfigError(f"noisy_sigma0 must be >= 0, got {self.noisy_sigma0}.")
 
@@ -114,6 +127,16 @@ class DQNState:
   opt_state: PyTree
   opt_steps: jnp.ndarray  # int32 scalar: SGD steps taken
   key: jnp.ndarray  # uint32[2] PRNG key data: the update's noise (noisy nets); split per step
+
+
+def learning_rate_schedule(config: DQNConfig) -> optax.ScalarOrSchedule:
+  """Adam's step size: constant, or annealed linearly to ``learning_rate_end`` over
+  ``learning_rate_decay_steps`` SGD steps (counted by the optimizer state, so it survives
+  checkpoints and runs inside the jitted ``k``-step scan)."""
+  if config.learning_rate_decay_steps <= 0:
+    return config.learning_rate
+  return optax.linear_schedule(config.learning_rate, config.learning_rate_end,
+                               config.learning_rate_decay_steps)
 
 
 def linear_epsilon(env_steps: int, start: float, end: float, decay_steps: int) -> float:
@@ -157,7 +180,7 @@ class DQN:
         num_atoms=config.num_atoms, noisy=config.noisy, sigma0=config.noisy_sigma0)
     self.optimizer = optax.chain(
         optax.clip_by_global_norm(config.max_grad_norm),
-        optax.adam(config.learning_rate, eps=config.adam_eps))
+        optax.adam(learning_rate_schedule(config), eps=config.adam_eps))
     self.atoms = jnp.linspace(config.v_min, config.v_max, config.num_atoms)
     self.greedy_actions = jax.jit(self._greedy_actions)
     self.noisy_greedy_actions = jax.jit(self._noisy_greedy_actions)
