@@ -35,7 +35,12 @@ class AsyncConfig:
     actor_mode: ``"process"`` (spawn; no GIL sharing with the learner) or ``"thread"``.
     envs_per_actor: sub-envs of each actor's vector env.
     chunk_steps: vector steps per pushed chunk.
-    queue_size: chunks the actor->learner queue holds (bounded).
+    queue_size: chunks the actor->learner queue holds (bounded). Keep it small: when the
+      samples-per-insert limiter holds actors back, the queue stays full and every chunk
+      waits behind the others, so its data is about ``queue_size * chunk_steps *
+      envs_per_actor * samples_per_insert / batch_size`` SGD steps old when it is learnt
+      from (64 chunks made CartPole's data ~1,000 SGD steps stale, and its policy
+      oscillate; 4 chunks: ~100).
     drop_when_full: drop the oldest chunk (counted) instead of blocking actors.
     sync_interval: publish params every this many optimization steps.
     samples_per_insert: target replay ratio (sampled items per inserted item);
@@ -62,7 +67,7 @@ class AsyncConfig:
   actor_mode: str = "process"
   envs_per_actor: int = 8
   chunk_steps: int = 8
-  queue_size: int = 64
+  queue_size: int = 4
   drop_when_full: bool = False
   sync_interval: int = 50
   samples_per_insert: float | None = None
