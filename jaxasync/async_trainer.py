@@ -291,7 +291,7 @@ class AsyncTrainer:
       if chunk is not None:
         self._add_chunk(chunk)
     else:
-      time.sleep(timeout)
+      self.transport.pump(timeout)  # drop-oldest keeps reading; blocking mode reads only into room
     self.times["wait"] += time.perf_counter() - t0
 
   def _can_update(self) -> bool:

@@ -1,0 +1,103 @@
+"""Fault injection: killed actors, diverging learners, signals, stuck envs, bad input.
+
+Every test here is bounded in time: a run that would hang fails the test instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import jaxasync as ja
+
+CARTPOLE = ja.EnvFactory("CartPole-v1")
+
+
+def _config(**kw) -> ja.TrainerConfig:
+  base = dict(max_opts=10**9, warmup_period=256, eval_interval=0, record_interval=100,
+              updates_per_call=4, progress=False, seed=0, replay_capacity=20_000)
+  base.update(kw)
+  return ja.TrainerConfig(**base)
+
+
+def _trainer(env=CARTPOLE, config=None, agent_config=None, **async_kw):
+  obs_space, action_space = ja.envs.spaces_of(CARTPOLE)
+  factory = functools.partial(ja.DQN, agent_config or ja.DQNConfig(batch_size=32), obs_space,
+                              action_space)
+  base = dict(actor_mode="thread", num_actors=2, envs_per_actor=2, chunk_steps=4,
+              sync_interval=8, queue_size=8)
+  base.update(async_kw)
+  return ja.AsyncTrainer(factory(), factory, env, config or _config(), ja.AsyncConfig(**base),
+                         recorder=ja.MemoryRecorder())
+
+
+def _train_bounded(trainer, limit: float):
+  """Runs ``trainer.train()`` in a thread; fails the test if it has not returned in ``limit`` s."""
+  out = {}
+
+  def target():
+    try:
+      out["summary"] = trainer.train()
+    except BaseException as e:
+      out["error"] = e
+
+  t = threading.Thread(target=target, daemon=True)
+  t0 = time.monotonic()
+  t.start()
+  t.join(limit)
+  assert not t.is_alive(), f"train() still running after {limit} s (hung)"
+  return out, time.monotonic() - t0
+
+
+# --- 1: a dead actor cannot corrupt or starve the others' channel --------------------------
+def test_killing_process_actors_mid_write_keeps_training():
+  """Two process actors pushing ~46 kB chunks (two overfill a 64 KiB pipe buffer, so writes are
+  torn by a kill) into a small blocking queue, killed with SIGKILL 6 times: the learner never
+  blocks on a torn chunk, restarted actors get channels of their own, and env steps and SGD
+  steps keep moving after the last kill (the samples-per-insert limiter makes SGD steps
+  depend on fresh chunks). ca43e14's shared multiprocessing queue hung or stalled here."""
+  trainer = _trainer(actor_mode="process", num_actors=2, envs_per_actor=8, chunk_steps=120,
+                     queue_size=2, max_restarts=100, samples_per_insert=4.0,
+                     config=_config(duration=100, warmup_period=2_000))
+  marks = {}
+
+  def killer():
+    deadline = time.monotonic() + 30
+    while trainer.learner.opt_steps == 0 and time.monotonic() < deadline:
+      time.sleep(0.05)
+    deadline = time.monotonic() + 50  # each restart spawns a process that imports jax
+    rng = np.random.default_rng(0)
+    kills = 0
+    while kills < 6 and time.monotonic() < deadline:
+      time.sleep(rng.uniform(0.3, 1.0))
+      w = trainer.manager._workers[kills % 2]
+      if w is not None and w.is_alive() and trainer.chunks_ingested > marks.get("chunks", 0):
+        os.kill(w.pid, signal.SIGKILL)
+        kills += 1
+        marks["chunks"] = trainer.chunks_ingested
+    marks.update(kills=kills, opt=trainer.learner.opt_steps, env=trainer.env_steps)
+    # Once actors have restarted and trained on, end the run early (bounded test time).
+    deadline = time.monotonic() + 25
+    while time.monotonic() < deadline and (trainer.env_steps < marks["env"] + 5_000
+                                           or trainer.learner.opt_steps < marks["opt"] + 400):
+      time.sleep(0.1)
+    trainer.run_state.request_stop()
+
+  k = threading.Thread(target=killer, daemon=True)
+  k.start()
+  out, wall = _train_bounded(trainer, 140)
+  k.join(5)
+  assert "error" not in out, out.get("error")
+  summary = out["summary"]
+  assert marks["kills"] == 6, "restarted actors did not deliver chunks again"
+  assert summary["actor_restarts"] >= 6
+  assert summary["env_steps"] >= marks["env"] + 5_000, (summary, marks)
+  assert summary["opt_steps"] >= marks["opt"] + 400, (summary, marks)
+  assert wall < 105
+  assert not any(trainer.manager.alive())
