@@ -136,9 +136,18 @@ def main(args: Args) -> dict:
   return run(args, "DQN")
 
 
-if __name__ == "__main__":
+def run_cli(main: Callable[[], Any]) -> None:
+  """Runs ``main()``: bad input exits 2, a run that failed (diverged, stalled, actors failing)
+  exits 1, each with one ``error: ...`` line instead of a traceback."""
   try:
-    main(tyro.cli(Args))
+    main()
   except ja.ConfigError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
+  except (ja.NonFiniteError, ja.StallError, ja.ActorFailed) as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(1)
+
+
+if __name__ == "__main__":
+  run_cli(lambda: main(tyro.cli(Args)))

@@ -8,6 +8,7 @@ from jaxasync.atari import AtariEnvFactory
 from jaxasync.checkpoint import restore_checkpoint, save_checkpoint
 from jaxasync.envs import ConfigError, EnvFactory, check_env_id
 from jaxasync.evaluator import Evaluator
+from jaxasync.faults import NonFiniteError, StallError
 from jaxasync.inference import InferenceClient, InferenceServer
 from jaxasync.learner import IntervalTrigger, Learner
 from jaxasync.minatar import MinAtarEnvFactory
@@ -50,6 +51,7 @@ __all__ = [
     "MinAtarEnvFactory",
     "ModelInfo",
     "MultiRecorder",
+    "NonFiniteError",
     "NullRecorder",
     "PrioritizedFrameReplayBuffer",
     "PrioritizedReplayBuffer",
@@ -57,6 +59,7 @@ __all__ = [
     "Recorder",
     "ReplayBuffer",
     "SharedParamStore",
+    "StallError",
     "StepProcessor",
     "SumTree",
     "TensorboardRecorder",

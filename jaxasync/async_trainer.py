@@ -408,6 +408,7 @@ class AsyncTrainer:
           run.save("final", {"env_steps": self.env_steps})
         except Exception as save_error:  # never mask the error that ended the run
           error = error or save_error
+        run.record_error(error)
         summary = self.summary()
         run.write_summary(summary)
         self.recorder.close()

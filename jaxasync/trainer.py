@@ -16,6 +16,7 @@ from tqdm.auto import tqdm
 from jaxasync.checkpoint import save_checkpoint
 from jaxasync.envs import ConfigError, EnvFactory
 from jaxasync.evaluator import Evaluator, to_cpu
+from jaxasync.faults import NonFiniteError, all_finite, divergence_hint
 from jaxasync.learner import IntervalTrigger, Learner
 from jaxasync.recorder import NullRecorder, Recorder
 from jaxasync.replay import ReplayBuffer
@@ -120,6 +121,8 @@ class RunState:
     self.model_dir = Path(config.model_dir) if config.model_dir else None
     self._stop_at = float("inf")
     self.interrupted = False
+    self.error: str | None = None  # what ended the run, for the summary
+    self.last_checkpoint: Path | None = None  # the last numbered or final one written
 
   def request_stop(self, after_s: float = 0.0) -> None:
     """Ends the run ``after_s`` seconds from now (thread-safe: a float assignment)."""
@@ -146,6 +149,11 @@ class RunState:
     finally:
       signal.signal(signal.SIGINT, previous)
 
+  def record_error(self, error: BaseException | None) -> None:
+    """Keeps what ended the run (the first error) for the summary's ``error``."""
+    if error is not None and self.error is None:
+      self.error = f"{type(error).__name__}: {error}"
+
   def should_stop(self, env_steps: int) -> bool:
     """``max_opts``, ``max_env_steps``, ``duration``, ``target_eval_reward`` or a requested stop."""
     c = self.config
@@ -165,7 +173,18 @@ class RunState:
     rng_states.update(counters.pop("rng_states", {}))
     meta = {"opt_steps": self.learner.opt_steps, "best_eval_reward": self.best_eval_reward,
             "rng_states": rng_states, **counters, **self.extra_meta}
-    save_checkpoint(self.model_dir / name, self.learner.state, meta)
+    self.check_finite(self.learner.state, f"checkpoint {name!r}")
+    self.last_checkpoint = save_checkpoint(self.model_dir / name, self.learner.state, meta)
+
+  def check_finite(self, state, what: str) -> None:
+    """Raises ``NonFiniteError`` instead of letting non-finite ``state`` be saved as ``what``."""
+    if all_finite(state):
+      return
+    last = (f" The last checkpoint written, {self.last_checkpoint}, is the last good one."
+            if self.last_checkpoint is not None else "")
+    raise NonFiniteError(
+        f"the agent state has NaN or infinite values at SGD step {self.learner.opt_steps}: "
+        f"training diverged, {what} was not written.{last} {divergence_hint(self.learner.agent)}")
 
   def on_eval(self, reward: float, opt_steps: int, env_steps: int, params_version: int,
               state_for_best=None) -> None:
@@ -176,9 +195,10 @@ class RunState:
                        "eval_reward": reward, "params_version": params_version})
     self.recorder.record(opt_steps, {"eval_reward": reward})
     if reward > self.best_eval_reward:
+      state = state_for_best if state_for_best is not None else self.learner.state
+      self.check_finite(state, "best")
       self.best_eval_reward = reward
       if self.model_dir is not None:
-        state = state_for_best if state_for_best is not None else self.learner.state
         save_checkpoint(self.model_dir / "best", state,
                         {"opt_steps": params_version, "eval_reward": reward,
                          "env_steps": env_steps, **self.extra_meta})
@@ -197,6 +217,7 @@ class RunState:
         "best_eval_reward": float(self.best_eval_reward),
         "final_eval_reward": float(self.final_eval_reward),
         "solved_at": self.solved_at, "evals": self.evals, "interrupted": self.interrupted,
+        "error": self.error,
     }
     out.update(extra or {})
     return out
@@ -206,8 +227,24 @@ class RunState:
       self.model_dir.mkdir(parents=True, exist_ok=True)
       path = self.model_dir / "summary.json"
       tmp = path.with_suffix(".json.tmp")
-      tmp.write_text(json.dumps(summary, indent=1, default=float))
+      # Strict JSON: NaN and +-inf (no evaluation yet, a diverged loss) become null.
+      tmp.write_text(json.dumps(_json_safe(summary), indent=1, allow_nan=False))
       tmp.replace(path)
+
+
+def _json_safe(x):
+  """``x`` with numpy scalars as Python numbers and non-finite floats as ``None``."""
+  if isinstance(x, dict):
+    return {str(k): _json_safe(v) for k, v in x.items()}
+  if isinstance(x, (list, tuple)):
+    return [_json_safe(v) for v in x]
+  if isinstance(x, np.generic):
+    x = x.item()
+  if isinstance(x, float) and not np.isfinite(x):
+    return None
+  if x is None or isinstance(x, (bool, int, float, str)):
+    return x
+  return str(x)
 
 
 class Trainer:
@@ -260,6 +297,7 @@ class Trainer:
     credit = 0.0
     last = (time.perf_counter(), 0, 0, 0)  # time, env_steps, opt_steps, samples at the last record
     bar = progress_bar(c.max_opts, c.progress)
+    error: BaseException | None = None
     with run.stop_on_sigint():
       try:
         while not run.should_stop(self.env_steps):
@@ -299,12 +337,20 @@ class Trainer:
           if save_t(opt):
             run.save(str(opt), {"env_steps": self.env_steps,
                                 "rng_states": {"exploration": rng.bit_generator.state}})
+      except BaseException as e:
+        error = e
       finally:
         bar.close()
-        run.save("final", {"env_steps": self.env_steps,
-                           "rng_states": {"exploration": rng.bit_generator.state}})
+        try:
+          run.save("final", {"env_steps": self.env_steps,
+                             "rng_states": {"exploration": rng.bit_generator.state}})
+        except Exception as save_error:  # never mask the error that ended the run
+          error = error or save_error
+        run.record_error(error)
         summary = run.summary(self.replay.added_total, self.env_steps, {"mode": "sync"})
         run.write_summary(summary)
         self.env.close()
         self.evaluator.close()
+    if error is not None:
+      raise error
     return summary

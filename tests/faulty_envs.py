@@ -72,3 +72,26 @@ class RaisingDQN(ja.DQN):
       return inner(*a, **k)
 
     self.update = update
+
+
+class NaNDQN(ja.DQN):
+  """A DQN whose state turns NaN after its ``nan_at``-th update call (a diverging learner)."""
+
+  nan_at = 40
+
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, **kwargs)
+    self.calls = 0
+    inner = self.update
+
+    def update(*a, **k):
+      import jax
+      import jax.numpy as jnp
+      self.calls += 1
+      state, metrics, priorities = inner(*a, **k)
+      if self.calls >= self.nan_at:
+        state = jax.tree.map(
+            lambda x: x * jnp.nan if jnp.issubdtype(x.dtype, jnp.inexact) else x, state)
+      return state, metrics, priorities
+
+    self.update = update

@@ -101,3 +101,59 @@ def test_killing_process_actors_mid_write_keeps_training():
   assert summary["opt_steps"] >= marks["opt"] + 400, (summary, marks)
   assert wall < 105
   assert not any(trainer.manager.alive())
+
+
+# --- 2: NaN stops the run, no NaN checkpoint is written --------------------------------------
+def _assert_strict_json(path):
+  import json
+
+  def refuse(name):
+    raise AssertionError(f"{path} holds {name}: not JSON")
+  return json.loads(path.read_text(), parse_constant=refuse)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_nan_stops_the_run_and_writes_no_nan_checkpoint(tmp_path, mode):
+  from faulty_envs import NaNDQN
+  obs_space, action_space = ja.envs.spaces_of(CARTPOLE)
+  factory = functools.partial(NaNDQN, ja.DQNConfig(batch_size=32), obs_space, action_space)
+  # NaN from the 40th update call (SGD step 160); saves every 40 SGD steps before it.
+  config = _config(max_opts=2_000, duration=60, save_interval=40, eval_interval=40,
+                   record_interval=1_000, model_dir=str(tmp_path), eval_episodes=2)
+  if mode == "sync":
+    trainer = ja.Trainer(factory(), CARTPOLE, config)
+  else:
+    trainer = ja.AsyncTrainer(factory(), factory, CARTPOLE, config,
+                              ja.AsyncConfig(actor_mode="thread", envs_per_actor=2, chunk_steps=4))
+  t0 = time.monotonic()
+  with pytest.raises(ja.NonFiniteError, match=r"NaN or infinite .* Lower the learning rate"):
+    trainer.train()
+  assert time.monotonic() - t0 < 60
+  assert trainer.learner.opt_steps <= 400  # stopped at once, not trained to the end
+  assert not (tmp_path / "final").exists()
+  numbered = sorted(int(p.name) for p in tmp_path.iterdir() if p.name.isdigit())
+  assert numbered and max(numbered) < 160 + 40
+  for name in [str(n) for n in numbered] + (["best"] if (tmp_path / "best").exists() else []):
+    state, _ = ja.restore_checkpoint(tmp_path / name, trainer.learner.state)
+    assert ja.faults.all_finite(state), name
+  summary = _assert_strict_json(tmp_path / "summary.json")
+  assert summary["error"].startswith("NonFiniteError")
+  assert summary["interrupted"] is False
+
+
+def test_nan_priorities_stop_a_prioritized_run():
+  obs_space, action_space = ja.envs.spaces_of(CARTPOLE)
+  agent = ja.DQN(ja.DQNConfig(batch_size=32, learning_rate=1e38), obs_space, action_space)
+  replay = ja.PrioritizedReplayBuffer(
+      ja.types.transition_example(obs_space, action_space), 10_000)
+  trainer = ja.Trainer(agent, CARTPOLE, _config(max_opts=500, duration=60), replay=replay)
+  with pytest.raises(ja.NonFiniteError, match="priorities"):
+    trainer.train()
+  assert trainer.learner.opt_steps < 100
+
+
+def test_all_finite():
+  import jax.numpy as jnp
+  assert ja.faults.all_finite({"a": jnp.ones(3), "b": np.zeros(2, np.int32), "k": 1})
+  assert not ja.faults.all_finite({"a": jnp.array([1.0, jnp.nan])})
+  assert not ja.faults.all_finite([np.array([np.inf])])
