@@ -130,24 +130,26 @@ class RunState:
 
   @contextlib.contextmanager
   def stop_on_sigint(self):
-    """Within it, a first Ctrl-C ends the run after the update in flight (so the learner's
-    donated state is never lost mid-swap) and the trainer saves ``final`` and the summary as
-    usual; a second Ctrl-C raises ``KeyboardInterrupt``. Only in the main thread."""
+    """Within it, a first Ctrl-C or SIGTERM (what ``timeout``, ``docker stop`` and job
+    schedulers send) ends the run after the update in flight (so the learner's donated state
+    is never lost mid-swap) and the trainer stops its actors, saves ``final`` and the summary
+    as usual; a second one raises ``KeyboardInterrupt``. Only in the main thread."""
     if threading.current_thread() is not threading.main_thread():
       yield
       return
 
-    def on_sigint(signum, frame):
+    def on_signal(signum, frame):
       if self.interrupted:
         raise KeyboardInterrupt
       self.interrupted = True
       self.request_stop()
 
-    previous = signal.signal(signal.SIGINT, on_sigint)
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
       yield
     finally:
-      signal.signal(signal.SIGINT, previous)
+      for s, handler in previous.items():
+        signal.signal(s, handler)
 
   def record_error(self, error: BaseException | None) -> None:
     """Keeps what ended the run (the first error) for the summary's ``error``."""

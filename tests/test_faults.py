@@ -157,3 +157,77 @@ def test_all_finite():
   assert ja.faults.all_finite({"a": jnp.ones(3), "b": np.zeros(2, np.int32), "k": 1})
   assert not ja.faults.all_finite({"a": jnp.array([1.0, jnp.nan])})
   assert not ja.faults.all_finite([np.array([np.inf])])
+
+
+# --- 3: SIGTERM is a stop request; actors never outlive the trainer -------------------------
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _start_dqn(logdir, *flags):
+  import subprocess
+  import sys
+  # Output to a file: orphaned actors holding a stdout pipe would block reading it.
+  proc = subprocess.Popen(
+      [sys.executable, "experiments/dqn.py", "--logdir", str(logdir), "--no-progress",
+       "--max-opts", "1000000", "--eval-interval", "300", *flags],
+      cwd=REPO, stdout=open(logdir.parent / "out.txt", "wb"), stderr=subprocess.STDOUT)
+  proc.output = lambda: (logdir.parent / "out.txt").read_text()[-3000:]
+  deadline = time.monotonic() + 90
+  while time.monotonic() < deadline and not (logdir / "best" / "state.msgpack").exists():
+    if proc.poll() is not None:
+      raise AssertionError(proc.output())
+    time.sleep(0.2)
+  assert (logdir / "best").exists(), "training never reached its first evaluation"
+  return proc
+
+
+def _children(pid: int) -> list[int]:
+  import subprocess
+  out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
+  return [int(x) for x in out.stdout.split()]
+
+
+def _alive(pid: int) -> bool:
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+  except FileNotFoundError:
+    return False
+
+
+def _wait_gone(pids, timeout: float) -> list[int]:
+  deadline = time.monotonic() + timeout
+  while time.monotonic() < deadline and any(_alive(p) for p in pids):
+    time.sleep(0.1)
+  return [p for p in pids if _alive(p)]
+
+
+def test_sigterm_saves_final_and_summary_and_leaves_no_process(tmp_path):
+  logdir = tmp_path / "run"
+  proc = _start_dqn(logdir, "--mode", "async", "--async.num-actors", "2")
+  children = _children(proc.pid)  # actors and the resource tracker
+  assert len(children) >= 2
+  proc.send_signal(signal.SIGTERM)
+  proc.wait(timeout=30)
+  left = _wait_gone(children, 10)
+  for p in left:  # do not leak them into the rest of the test session
+    os.kill(p, signal.SIGKILL)
+  assert proc.returncode == 0, proc.output()
+  assert not left, "processes outlived the run"
+  summary = _assert_strict_json(logdir / "summary.json")
+  assert summary["interrupted"] is True and summary["opt_steps"] > 0
+  assert summary["error"] is None
+  assert (logdir / "final" / "state.msgpack").exists()
+
+
+def test_actors_exit_when_the_trainer_is_killed(tmp_path):
+  logdir = tmp_path / "run"
+  proc = _start_dqn(logdir, "--mode", "async", "--async.num-actors", "2")
+  children = _children(proc.pid)
+  assert len(children) >= 2
+  proc.kill()  # SIGKILL: no cleanup runs in the trainer
+  proc.wait(timeout=30)
+  left = _wait_gone(children, 15)
+  for p in left:  # do not leak them into the rest of the test session
+    os.kill(p, signal.SIGKILL)
+  assert not left, "actor processes (or the resource tracker) outlived a killed trainer"
