@@ -250,6 +250,7 @@ class AsyncTrainer:
     self._returns: list[float] = []
     self.times = {"ingest": 0.0, "sample": 0.0, "update": 0.0, "publish": 0.0, "wait": 0.0}
     self.actor_stats: list[ActorStats] = []
+    self._waiting = False  # the loop waits for data (no update since), for the watchdog
 
   # --- pieces of the loop ----------------------------------------------------
   def _add_chunk(self, chunk: Chunk) -> None:
@@ -283,6 +284,7 @@ class AsyncTrainer:
     e.g. by ``max_train_frequency``, and actors are ahead) leaves the queue full, so that
     actors block instead of running past the samples-per-insert budget."""
     t0 = time.perf_counter()
+    self._waiting = True
     learner = self.learner
     sampled = learner.opt_steps * learner.batch_size
     if (self.limiter.can_insert(self.inserted, sampled, self._chunk_items)
@@ -333,6 +335,20 @@ class AsyncTrainer:
     self._lags, self._returns = [], []
     return (now, self.inserted, self.env_steps, opt)
 
+  def _stage(self) -> str:
+    """Where a run without progress is stuck, for the watchdog (read from its thread)."""
+    learner, c = self.learner, self.config
+    if len(self.replay) < max(c.warmup_period, learner.k * learner.batch_size):
+      steps = [int(self.manager.shared.env_steps[i]) for i in range(self.manager.num_actors)]
+      return (f"waiting for the actors' chunks to fill the warmup ({len(self.replay)} of "
+              f"{c.warmup_period} transitions; {self.chunks_ingested} chunks so far; actors' "
+              f"env steps {steps}, alive {self.manager.alive()}): an actor's env.step() may "
+              "not return")
+    if self._waiting:
+      return (f"waiting for the actors' chunks ({self.chunks_ingested} so far; actors alive "
+              f"{self.manager.alive()}): an actor's env.step() may not return")
+    return "the learner's update call"
+
   def stage_times(self) -> dict[str, float]:
     return {"ingest": self.times["ingest"], "sample": self.learner.time_sample,
             "update": self.learner.time_update, "publish": self.times["publish"],
@@ -362,6 +378,8 @@ class AsyncTrainer:
     error: BaseException | None = None
     forced = False
     with run.stop_on_sigint():
+      dog = run.watchdog(lambda: self.env_steps + learner.opt_steps + self.evaluator.steps,
+                         self._stage)
       try:
         while not run.should_stop(self.env_steps):
           self._ingest()
@@ -377,6 +395,7 @@ class AsyncTrainer:
             self._wait_for_data()
             continue
           learner.step()
+          self._waiting = False
           opt = learner.opt_steps
           if sync_t(opt):
             self._publish()
@@ -391,11 +410,14 @@ class AsyncTrainer:
                               best=f"{run.best_eval_reward:.1f}")
           if save_t(opt):
             run.save(str(opt), {"env_steps": self.env_steps})
+        if run.failure is not None:
+          raise run.failure
       except KeyboardInterrupt:  # outside the main thread, or a second Ctrl-C
         run.interrupted = forced = True
       except BaseException as e:
         error = e
       finally:
+        dog.stop()
         bar.close()
         if error is None and not forced:  # (a forced stop may have lost the state mid-update)
           self._publish()  # actors end on the final params

@@ -36,6 +36,7 @@ class Evaluator:
     self._env = env_factory(num_episodes, seed=seed)
     self._seed, self._count = seed, 0
     self._rng = np.random.default_rng(seed)
+    self.steps = 0  # vector steps taken in all evaluations (progress, for the watchdog)
 
   def evaluate(self, params: PyTree) -> float:
     """Mean undiscounted return over ``num_episodes`` first episodes."""
@@ -48,6 +49,7 @@ class Evaluator:
     while running.any():
       actions = self.agent.act(params, obs, self.epsilon, self._rng, explore=False)
       obs, reward, terminated, truncated, _ = self._env.step(actions)
+      self.steps += 1
       returns += reward * running
       running &= ~(terminated | truncated)
     return float(returns.mean())

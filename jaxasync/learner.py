@@ -14,6 +14,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxasync.envs import ConfigError
 from jaxasync.faults import NonFiniteError, divergence_hint
 from jaxasync.replay.prioritized import linear_beta
 from jaxasync.types import ModelInfo, Transition
@@ -65,6 +66,13 @@ class Learner:
                beta_anneal_steps: int = 0):
     if updates_per_call < 1:
       raise ValueError(f"updates_per_call must be >= 1, got {updates_per_call}.")
+    capacity = getattr(replay, "capacity", None)
+    if capacity is not None and capacity < updates_per_call * batch_size:
+      raise ConfigError(
+          f"replay capacity {capacity} is below updates_per_call x batch_size = "
+          f"{updates_per_call} x {batch_size} = {updates_per_call * batch_size}: no update call "
+          "could ever be sampled and the run would never train. Raise --replay-capacity, or "
+          "lower --updates-per-call or the batch size.")
     self.agent, self.replay = agent, replay
     self.k, self.batch_size = updates_per_call, batch_size
     self.state = agent.init(jax.random.PRNGKey(seed))

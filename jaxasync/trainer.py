@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 from jaxasync.checkpoint import save_checkpoint
 from jaxasync.envs import ConfigError, EnvFactory
 from jaxasync.evaluator import Evaluator, to_cpu
-from jaxasync.faults import NonFiniteError, all_finite, divergence_hint
+from jaxasync.faults import NonFiniteError, Watchdog, all_finite, divergence_hint, logger
 from jaxasync.learner import IntervalTrigger, Learner
 from jaxasync.recorder import NullRecorder, Recorder
 from jaxasync.replay import ReplayBuffer
@@ -49,6 +49,10 @@ class TrainerConfig:
     model_dir: where checkpoints go (``<model_dir>/best``, ``<model_dir>/<opt_steps>``,
       ``<model_dir>/final``); ``None`` saves nothing.
     progress: show a tqdm progress bar.
+    stall_warning: seconds without progress (no env step, SGD step or evaluation step) after
+      which a warning names the stage the run is stuck in; ``None`` or ``0``: never.
+    stall_timeout: seconds without progress after which the run stops with ``StallError``
+      (also raised when the run is still stuck 10 s past ``duration``); ``None`` or ``0``: never.
   """
 
   max_opts: int = 50_000
@@ -71,6 +75,8 @@ class TrainerConfig:
   seed: int = 0
   model_dir: str | None = None
   progress: bool = True
+  stall_warning: float | None = 60.0
+  stall_timeout: float | None = 300.0
 
   def validate(self, batch_size: int) -> None:
     if self.n_step < 1:
@@ -122,6 +128,8 @@ class RunState:
     self._stop_at = float("inf")
     self.interrupted = False
     self.error: str | None = None  # what ended the run, for the summary
+    self.failure: BaseException | None = None  # set by the watchdog thread
+    self.warnings: list[str] = []
     self.last_checkpoint: Path | None = None  # the last numbered or final one written
 
   def request_stop(self, after_s: float = 0.0) -> None:
@@ -139,6 +147,8 @@ class RunState:
       return
 
     def on_signal(signum, frame):
+      if self.failure is not None:  # the watchdog interrupts a main thread stuck in env.step
+        raise self.failure
       if self.interrupted:
         raise KeyboardInterrupt
       self.interrupted = True
@@ -150,6 +160,27 @@ class RunState:
     finally:
       for s, handler in previous.items():
         signal.signal(s, handler)
+
+  def fail(self, error: BaseException) -> None:
+    """Ends the run with ``error`` (from any thread): the loop stops and raises it."""
+    self.failure = error
+    self.request_stop()
+
+  def watchdog(self, progress, stage, interrupt_main=None) -> Watchdog:
+    """A started ``Watchdog`` for this run. ``interrupt_main()`` says whether the main thread
+    may be interrupted (it is stuck in env.step): the watchdog then signals it, and the signal
+    handler of ``stop_on_sigint`` raises the ``StallError`` there."""
+    main = threading.main_thread().ident
+
+    def fail(error):
+      self.fail(error)
+      if interrupt_main is not None and interrupt_main():
+        signal.pthread_kill(main, signal.SIGINT)
+
+    c = self.config
+    dog = Watchdog(progress, stage, fail, c.stall_warning, c.stall_timeout, c.duration)
+    dog.warnings = self.warnings
+    return dog.start()
 
   def record_error(self, error: BaseException | None) -> None:
     """Keeps what ended the run (the first error) for the summary's ``error``."""
@@ -219,8 +250,15 @@ class RunState:
         "best_eval_reward": float(self.best_eval_reward),
         "final_eval_reward": float(self.final_eval_reward),
         "solved_at": self.solved_at, "evals": self.evals, "interrupted": self.interrupted,
-        "error": self.error,
+        "error": self.error, "warnings": self.warnings,
     }
+    if opt == 0 and self.error is None:
+      msg = (f"the run ended without a single SGD step ({env_steps} env steps collected, "
+             f"warmup_period={self.config.warmup_period}): nothing was learned. Lower "
+             "--warmup-period or run longer.")
+      if msg not in self.warnings:
+        self.warnings.append(msg)
+        logger.warning(msg)
     out.update(extra or {})
     return out
 
@@ -300,11 +338,16 @@ class Trainer:
     last = (time.perf_counter(), 0, 0, 0)  # time, env_steps, opt_steps, samples at the last record
     bar = progress_bar(c.max_opts, c.progress)
     error: BaseException | None = None
+    self._stage = "env.step"
     with run.stop_on_sigint():
+      dog = run.watchdog(lambda: self.env_steps + learner.opt_steps + self.evaluator.steps,
+                         lambda: self._stage, lambda: self._stage == "env.step")
       try:
         while not run.should_stop(self.env_steps):
           actions = agent.act(actor_params, proc.obs, agent.epsilon(self.env_steps), rng)
+          self._stage = "env.step"
           next_obs, reward, terminated, truncated, _ = self.env.step(actions)
+          self._stage = "the replay and the SGD update (the first call compiles)"
           self.replay.add(proc.step(actions, reward, next_obs, terminated, truncated))
           self.env_steps += c.num_envs
           if self.env_steps < c.warmup_period or not learner.ready():
@@ -320,6 +363,7 @@ class Trainer:
           bar.update(learner.opt_steps - bar.n)
           opt = learner.opt_steps
           if eval_t(opt):
+            self._stage = "evaluation"
             reward = self.evaluator.evaluate(learner.policy_params())
             run.on_eval(reward, opt, self.env_steps, opt)
             bar.set_postfix(eval_reward=f"{reward:.1f}", best=f"{run.best_eval_reward:.1f}")
@@ -339,9 +383,12 @@ class Trainer:
           if save_t(opt):
             run.save(str(opt), {"env_steps": self.env_steps,
                                 "rng_states": {"exploration": rng.bit_generator.state}})
+        if run.failure is not None:
+          raise run.failure
       except BaseException as e:
         error = e
       finally:
+        dog.stop()
         bar.close()
         try:
           run.save("final", {"env_steps": self.env_steps,

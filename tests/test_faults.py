@@ -231,3 +231,55 @@ def test_actors_exit_when_the_trainer_is_killed(tmp_path):
   for p in left:  # do not leak them into the rest of the test session
     os.kill(p, signal.SIGKILL)
   assert not left, "actor processes (or the resource tracker) outlived a killed trainer"
+
+
+# --- 4: runs that cannot train fail at once; stalls become warnings, then errors -------------
+def test_replay_smaller_than_one_update_call_is_refused():
+  obs_space, action_space = ja.envs.spaces_of(CARTPOLE)
+  agent = ja.DQN(ja.DQNConfig(batch_size=128), obs_space, action_space)
+  config = ja.TrainerConfig(replay_capacity=500, warmup_period=200, updates_per_call=4)
+  with pytest.raises(ja.ConfigError, match=r"replay capacity 500 is below updates_per_call x "
+                     r"batch_size = 4 x 128 = 512.*--replay-capacity"):
+    ja.Trainer(agent, CARTPOLE, config)
+
+
+def _stuck_config(**kw):
+  return _config(duration=60, stall_warning=1.0, stall_timeout=3.0, warmup_period=200, **kw)
+
+
+def test_stuck_env_in_sync_mode_becomes_a_stall_error(tmp_path, caplog):
+  from faulty_envs import HangingEnvFactory
+  obs_space, action_space = ja.envs.spaces_of(CARTPOLE)
+  agent = ja.DQN(ja.DQNConfig(batch_size=32), obs_space, action_space)
+  trainer = ja.Trainer(agent, HangingEnvFactory(steps=20), _stuck_config(model_dir=str(tmp_path)),
+                       eval_env_factory=CARTPOLE)
+  t0 = time.monotonic()
+  with caplog.at_level("WARNING", logger="jaxasync"):
+    with pytest.raises(ja.StallError, match=r"no progress for \d+ s.*stuck in: env.step"):
+      trainer.train()  # the main thread: the watchdog interrupts the stuck env.step
+  assert time.monotonic() - t0 < 20
+  assert any("no progress" in r.message and "env.step" in r.message for r in caplog.records)
+  summary = _assert_strict_json(tmp_path / "summary.json")
+  assert summary["error"].startswith("StallError") and summary["warnings"]
+
+
+def test_stuck_actors_become_a_stall_error_naming_the_stage():
+  from faulty_envs import HangingEnvFactory
+  trainer = _trainer(env=HangingEnvFactory(steps=10), num_actors=1, config=_stuck_config())
+  out, wall = _train_bounded(trainer, 30)
+  assert isinstance(out.get("error"), ja.StallError), out
+  assert "waiting for the actors' chunks" in str(out["error"])
+  assert wall < 20
+
+
+def test_duration_is_honoured_by_a_stuck_sync_run():
+  from faulty_envs import HangingEnvFactory
+  obs_space, action_space = ja.envs.spaces_of(CARTPOLE)
+  agent = ja.DQN(ja.DQNConfig(batch_size=32), obs_space, action_space)
+  # No stall limits: only --duration (plus the watchdog's 10 s grace) ends it.
+  config = _config(duration=2.0, stall_warning=0, stall_timeout=0, warmup_period=200)
+  trainer = ja.Trainer(agent, HangingEnvFactory(steps=20), config, eval_env_factory=CARTPOLE)
+  t0 = time.monotonic()
+  with pytest.raises(ja.StallError, match="--duration 2 s passed"):
+    trainer.train()
+  assert time.monotonic() - t0 < 20
