@@ -66,6 +66,11 @@ class Args:
   record_interval: int = 500
   save_interval: int = 10_000
   logdir: str = "runs/dqn"
+  """where TensorBoard logs, checkpoints and summary.json go; refused if it holds another run."""
+  overwrite: bool = False
+  """delete the run already in --logdir (its checkpoints, summary and event files) first."""
+  keep_checkpoints: int = 5
+  """numbered checkpoints kept, the newest (best/ and final/ always stay); 0 keeps all."""
   progress: bool = True
   agent: ja.DQNConfig = dataclasses.field(default_factory=ja.DQNConfig)
   async_: Annotated[ja.AsyncConfig, tyro.conf.arg(name="async")] = dataclasses.field(
@@ -100,6 +105,7 @@ def run(args: Args, title: str, make_replay: Callable[[ja.DQN], Any] | None = No
   mode = default_mode() if args.mode == "auto" else args.mode
   env, eval_env = envs if envs is not None else default_envs(args)
   config = trainer_config(args)
+  ja.claim_run_dir(args.logdir, args.overwrite)  # before the recorder writes its event file
   obs_space, action_space = ja.envs.spaces_of(env)
   agent = ja.DQN(args.agent, obs_space, action_space, args.env_id)
   replay = make_replay(agent) if make_replay is not None else None
@@ -127,8 +133,10 @@ def run(args: Args, title: str, make_replay: Callable[[ja.DQN], Any] | None = No
                                    "best_eval_reward", "final_eval_reward", "solved_at")}
   print(json.dumps(shown, indent=1, default=float))
   logdir = os.path.abspath(args.logdir)
-  print(f"summary: {os.path.join(logdir, 'summary.json')}; best model: "
-        f"{os.path.join(logdir, 'best')}; TensorBoard: tensorboard --logdir {args.logdir}")
+  best = os.path.join(logdir, "best")
+  best = best if os.path.isdir(best) else "none (no evaluation ran)"
+  print(f"summary: {os.path.join(logdir, 'summary.json')}; best model: {best}; "
+        f"TensorBoard: tensorboard --logdir {args.logdir}")
   return summary
 
 

@@ -5,7 +5,7 @@ from jaxasync.actor_manager import ActorFailed, ActorManager, ActorStats
 from jaxasync.agents.dqn import DQN, DQNConfig, DQNState, linear_epsilon
 from jaxasync.async_trainer import AsyncConfig, AsyncTrainer, RateLimiter, train_async
 from jaxasync.atari import AtariEnvFactory
-from jaxasync.checkpoint import restore_checkpoint, save_checkpoint
+from jaxasync.checkpoint import claim_run_dir, restore_checkpoint, save_checkpoint
 from jaxasync.envs import ConfigError, EnvFactory, check_env_id
 from jaxasync.evaluator import Evaluator
 from jaxasync.faults import NonFiniteError, StallError
@@ -69,6 +69,7 @@ __all__ = [
     "Transition",
     "apex_epsilons",
     "check_env_id",
+    "claim_run_dir",
     "linear_beta",
     "linear_epsilon",
     "restore_checkpoint",

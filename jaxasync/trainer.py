@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import shutil
 import signal
 import threading
 import time
@@ -13,7 +14,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from jaxasync.checkpoint import save_checkpoint
+from jaxasync.checkpoint import claim_run_dir, save_checkpoint
 from jaxasync.envs import ConfigError, EnvFactory
 from jaxasync.evaluator import Evaluator, to_cpu
 from jaxasync.faults import NonFiniteError, Watchdog, all_finite, divergence_hint, logger
@@ -49,6 +50,10 @@ class TrainerConfig:
     model_dir: where checkpoints go (``<model_dir>/best``, ``<model_dir>/<opt_steps>``,
       ``<model_dir>/final``); ``None`` saves nothing.
     progress: show a tqdm progress bar.
+    overwrite: start in a ``model_dir`` that holds another run's checkpoints or summary by
+      deleting them (otherwise ``ConfigError``).
+    keep_checkpoints: numbered checkpoints kept (the newest; ``best`` and ``final`` always
+      stay); ``0`` keeps all.
     stall_warning: seconds without progress (no env step, SGD step or evaluation step) after
       which a warning names the stage the run is stuck in; ``None`` or ``0``: never.
     stall_timeout: seconds without progress after which the run stops with ``StallError``
@@ -75,6 +80,8 @@ class TrainerConfig:
   seed: int = 0
   model_dir: str | None = None
   progress: bool = True
+  overwrite: bool = False
+  keep_checkpoints: int = 5
   stall_warning: float | None = 60.0
   stall_timeout: float | None = 300.0
 
@@ -93,6 +100,8 @@ class TrainerConfig:
       raise ConfigError(
           f"warmup_period={self.warmup_period} exceeds replay_capacity={self.replay_capacity}; "
           "the replay could never hold the warmup. Lower warmup_period or raise replay_capacity.")
+    if self.keep_checkpoints < 0:
+      raise ConfigError(f"keep_checkpoints must be >= 0 (0: keep all), got {self.keep_checkpoints}.")
     if self.opt_interval <= 0 or self.updates_per_call < 1 or self.num_envs < 1:
       raise ConfigError("opt_interval must be > 0, updates_per_call and num_envs >= 1.")
 
@@ -125,6 +134,8 @@ class RunState:
     self.extra_meta = extra_meta or {}
     self.start = time.perf_counter()
     self.model_dir = Path(config.model_dir) if config.model_dir else None
+    if self.model_dir is not None:  # (event files are the recorder's: its caller checks them)
+      claim_run_dir(self.model_dir, config.overwrite, events=False)
     self._stop_at = float("inf")
     self.interrupted = False
     self.error: str | None = None  # what ended the run, for the summary
@@ -208,6 +219,11 @@ class RunState:
             "rng_states": rng_states, **counters, **self.extra_meta}
     self.check_finite(self.learner.state, f"checkpoint {name!r}")
     self.last_checkpoint = save_checkpoint(self.model_dir / name, self.learner.state, meta)
+    keep = self.config.keep_checkpoints
+    numbered = sorted((p for p in self.model_dir.iterdir() if p.is_dir() and p.name.isdigit()),
+                      key=lambda p: int(p.name))
+    for old in numbered[:-keep] if keep > 0 else []:
+      shutil.rmtree(old, ignore_errors=True)
 
   def check_finite(self, state, what: str) -> None:
     """Raises ``NonFiniteError`` instead of letting non-finite ``state`` be saved as ``what``."""

@@ -283,3 +283,62 @@ def test_duration_is_honoured_by_a_stuck_sync_run():
   with pytest.raises(ja.StallError, match="--duration 2 s passed"):
     trainer.train()
   assert time.monotonic() - t0 < 20
+
+
+# --- 5: run directories are never mixed; summaries are strict JSON -------------------------
+def _dqn_cli(*flags, timeout=120):
+  import subprocess
+  import sys
+  return subprocess.run([sys.executable, "experiments/dqn.py", "--no-progress", *flags],
+                        cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+def test_logdir_of_another_run_is_refused_unless_overwrite(tmp_path):
+  logdir = tmp_path / "run"
+  flags = ["--mode", "sync", "--logdir", str(logdir), "--max-opts", "100", "--warmup-period",
+           "200", "--eval-interval", "0", "--save-interval", "20", "--keep-checkpoints", "2"]
+  first = _dqn_cli(*flags)
+  assert first.returncode == 0, first.stderr[-2000:]
+  assert "best model: none (no evaluation ran)" in first.stdout  # no path that does not exist
+  numbered = sorted(p.name for p in logdir.iterdir() if p.name.isdigit())
+  assert numbered == ["100", "80"]  # retention: the newest 2
+  again = _dqn_cli(*flags)
+  assert again.returncode == 2
+  assert again.stderr.strip().splitlines()[-1].startswith(
+      f"error: --logdir {logdir} already holds a run"), again.stderr[-2000:]
+  assert "Traceback" not in again.stderr
+  events = sorted(p.name for p in logdir.iterdir() if p.name.startswith("events"))
+  assert len(events) == 1  # nothing of the refused run was written
+  third = _dqn_cli(*flags, "--overwrite")
+  assert third.returncode == 0, third.stderr[-2000:]
+  events_now = sorted(p.name for p in logdir.iterdir() if p.name.startswith("events"))
+  assert len(events_now) == 1 and events_now != events
+
+
+def test_library_refuses_a_model_dir_with_a_run_and_overwrite_clears_it(tmp_path):
+  (tmp_path / "300").mkdir()
+  (tmp_path / "summary.json").write_text("{}")
+  obs_space, action_space = ja.envs.spaces_of(CARTPOLE)
+  agent = ja.DQN(ja.DQNConfig(batch_size=32), obs_space, action_space)
+  with pytest.raises(ja.ConfigError, match="already holds a run .*--overwrite"):
+    ja.Trainer(agent, CARTPOLE, _config(model_dir=str(tmp_path)))
+  ja.Trainer(agent, CARTPOLE, _config(model_dir=str(tmp_path), overwrite=True))
+  assert not (tmp_path / "300").exists() and not (tmp_path / "summary.json").exists()
+
+
+def test_bad_logdirs_are_config_errors(tmp_path):
+  f = tmp_path / "file"
+  f.write_text("x")
+  with pytest.raises(ja.ConfigError, match="is a file"):
+    ja.claim_run_dir(f)
+  with pytest.raises(ja.ConfigError, match="cannot be written"):
+    ja.claim_run_dir("/proc/jaxasync-run")  # read-only even for root
+
+
+def test_stale_temp_files_of_a_killed_save_are_removed(tmp_path):
+  (tmp_path / "ckpt").mkdir()
+  stale = tmp_path / "ckpt" / ".state.msgpack.abc123.tmp"
+  stale.write_bytes(b"half a checkpoint")
+  ja.save_checkpoint(tmp_path / "ckpt", {"w": np.ones(3)})
+  assert not stale.exists()
+  assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["meta.json", "state.msgpack"]
