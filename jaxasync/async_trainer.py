@@ -244,10 +244,13 @@ class AsyncTrainer:
     self.env_steps = 0
     self.inserted = 0
     self.chunks_ingested = 0
-    self.versions_seen: dict[int, list[int]] = {}  # actor id -> versions of its chunks, in order
-    self.seqs_seen: dict[int, list[int]] = {}
-    self._lags: list[int] = []
-    self._returns: list[float] = []
+    # Per actor: (params version, seq) of its last chunk; O(actors), not O(chunks).
+    self.last_chunk: dict[int, tuple[int, int]] = {}
+    # Chunks whose version went back or whose seq was not the actor's last + 1 (0 after a
+    # restart): loss, duplication or reordering in the transport.
+    self.order_errors = 0
+    self._lags = [0, 0, 0, 0]  # min, max, sum, count since the last record
+    self._returns = [0.0, 0]  # sum, count of episode returns since the last record
     self.times = {"ingest": 0.0, "sample": 0.0, "update": 0.0, "publish": 0.0, "wait": 0.0}
     self.actor_stats: list[ActorStats] = []
     self._waiting = False  # the loop waits for data (no update since), for the watchdog
@@ -259,10 +262,16 @@ class AsyncTrainer:
     self.inserted += n
     self.env_steps += chunk.env_steps
     self.chunks_ingested += 1
-    self._lags.append(self.learner.opt_steps - chunk.version)
-    self._returns.extend(chunk.episode_returns)
-    self.versions_seen.setdefault(chunk.actor_id, []).append(chunk.version)
-    self.seqs_seen.setdefault(chunk.actor_id, []).append(chunk.seq)
+    lag, lags = self.learner.opt_steps - chunk.version, self._lags
+    lags[:] = ([min(lags[0], lag), max(lags[1], lag), lags[2] + lag, lags[3] + 1] if lags[3]
+               else [lag, lag, lag, 1])
+    self._returns[0] += sum(chunk.episode_returns)
+    self._returns[1] += len(chunk.episode_returns)
+    last = self.last_chunk.get(chunk.actor_id)
+    if (chunk.seq != 0 if last is None else
+        chunk.version < last[0] or chunk.seq not in (last[1] + 1, 0)):
+      self.order_errors += 1
+    self.last_chunk[chunk.actor_id] = (chunk.version, chunk.seq)
 
   def _ingest(self, max_chunks: int = 32) -> int:
     """Moves up to ``max_chunks`` queued chunks into the replay, unless actors are ahead."""
@@ -319,20 +328,20 @@ class AsyncTrainer:
     sps = (self.inserted - last[1]) / dt
     fps = (self.env_steps - last[2]) / dt
     osps = (opt - last[3]) / dt
-    lags = self._lags or [0]
+    lags = self._lags
     values = {
         "env_steps": self.env_steps, "opt_steps": opt, "fps": fps,
         "samples_total": self.inserted, "samples_per_sec": sps, "opt_steps_per_sec": osps,
         "samples_per_opt_steps": self.inserted / max(1, opt),
         "queue_length": self.transport.qsize(), "dropped_chunks": self.transport.dropped,
-        "policy_lag_min": min(lags), "policy_lag_mean": float(np.mean(lags)),
-        "policy_lag_max": max(lags), "actor_restarts": sum(self.manager.restarts),
+        "policy_lag_min": lags[0], "policy_lag_mean": lags[2] / max(1, lags[3]),
+        "policy_lag_max": lags[1], "actor_restarts": sum(self.manager.restarts),
         **{f"time_{k}_frac": v / max(1e-9, now - self.run_state.start) for k, v in self.stage_times().items()},
         **self.learner.metrics()}
-    if self._returns:
-      values["train_episode_return"] = float(np.mean(self._returns))
+    if self._returns[1]:
+      values["train_episode_return"] = self._returns[0] / self._returns[1]
     self.recorder.record(opt, values)
-    self._lags, self._returns = [], []
+    self._lags, self._returns = [0, 0, 0, 0], [0.0, 0]
     return (now, self.inserted, self.env_steps, opt)
 
   def _stage(self) -> str:

@@ -342,3 +342,23 @@ def test_stale_temp_files_of_a_killed_save_are_removed(tmp_path):
   ja.save_checkpoint(tmp_path / "ckpt", {"w": np.ones(3)})
   assert not stale.exists()
   assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["meta.json", "state.msgpack"]
+
+
+# --- 7: per-chunk bookkeeping is bounded ------------------------------------------------------
+def test_chunk_bookkeeping_is_bounded_and_checks_order():
+  trainer = _trainer(num_actors=1, config=_config(max_opts=100))
+  example = ja.types.transition_example(*ja.envs.spaces_of(CARTPOLE))
+  T = ja.Transition(*(np.repeat(np.asarray(x)[None], 4, 0) for x in example))
+  add = lambda version, seq, returns=(): trainer._add_chunk(
+      ja.Chunk(0, version, T, 4, returns, seq))
+  trainer.learner.opt_steps = 10
+  for seq in range(2_000):  # ca43e14 kept one list entry per chunk forever
+    add(seq // 100, seq, (1.0,))
+  assert trainer.order_errors == 0 and trainer.last_chunk == {0: (19, 1999)}
+  assert trainer._lags == [-9, 10, sum(10 - s // 100 for s in range(2_000)), 2_000]
+  assert trainer._returns == [2_000.0, 2_000]
+  add(19, 2_001)  # a lost chunk
+  add(18, 2_002)  # a version going back
+  add(19, 0)  # a restart starts again from 0
+  assert trainer.order_errors == 2
+  trainer.transport.close()
