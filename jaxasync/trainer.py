@@ -38,7 +38,7 @@ class TrainerConfig:
     warmup_period: env steps collected before the first optimization step.
     opt_interval: env steps per optimization step (``1/opt_interval`` updates per env step).
     updates_per_call: SGD steps per jitted update call.
-    eval_interval, record_interval, save_interval: in optimization steps; ``<= 0`` disables.
+    eval_interval, record_interval, save_interval: in optimization steps; ``0`` disables.
     eval_episodes: episodes per evaluation.
     eval_epsilon: exploration during evaluation.
     num_envs: sub-envs of the training vector env.
@@ -100,6 +100,13 @@ class TrainerConfig:
       raise ConfigError(
           f"warmup_period={self.warmup_period} exceeds replay_capacity={self.replay_capacity}; "
           "the replay could never hold the warmup. Lower warmup_period or raise replay_capacity.")
+    for name in ("eval_interval", "record_interval", "save_interval"):
+      if getattr(self, name) < 0:
+        raise ConfigError(f"{name} must be >= 0 SGD steps (0 disables it), got "
+                          f"{getattr(self, name)}.")
+    if self.eval_episodes < 1:
+      raise ConfigError(f"eval_episodes must be >= 1, got {self.eval_episodes}; pass "
+                        "--eval-episodes 1 or more (--eval-interval 0 disables evaluation).")
     if self.keep_checkpoints < 0:
       raise ConfigError(f"keep_checkpoints must be >= 0 (0: keep all), got {self.keep_checkpoints}.")
     if self.opt_interval <= 0 or self.updates_per_call < 1 or self.num_envs < 1:

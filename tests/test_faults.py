@@ -362,3 +362,36 @@ def test_chunk_bookkeeping_is_bounded_and_checks_order():
   add(19, 0)  # a restart starts again from 0
   assert trainer.order_errors == 2
   trainer.transport.close()
+
+
+# --- 6: bad input is one clear ConfigError, before anything runs ----------------------------
+def _dqn_module():
+  import importlib.util
+  import sys
+  name = "jaxasync_experiments_dqn"
+  if name not in sys.modules:
+    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "experiments", "dqn.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+  return sys.modules[name]
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--agent.learning-rate", "-1e-3"], "learning_rate must be a finite number > 0, got -0.001"),
+    (["--agent.learning-rate", "nan"], "learning_rate must be a finite number > 0, got nan"),
+    (["--eval-episodes", "0"], "--eval-episodes 1 or more"),
+    (["--eval-interval", "-5"], "eval_interval must be >= 0 SGD steps"),
+    (["--agent.torso", "nature_cnn"], r"torso 'nature_cnn' needs image observations"),
+    (["--eval-env-id", "Acrobot-v1"], r"evaluation env \(Acrobot-v1\) has observations \(6,\)"),
+    (["--replay-capacity", "500", "--warmup-period", "200"], "replay capacity 500 is below"),
+])
+def test_bad_input_is_a_config_error_at_start(tmp_path, flags, message):
+  import tyro
+  dqn = _dqn_module()
+  args = tyro.cli(dqn.Args, args=["--mode", "sync", "--no-progress", "--logdir",
+                                  str(tmp_path / "run"), *flags])
+  t0 = time.monotonic()
+  with pytest.raises(ja.ConfigError, match=message):
+    dqn.main(args)
+  assert time.monotonic() - t0 < 30  # at start, not at the first evaluation
