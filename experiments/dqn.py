@@ -67,6 +67,11 @@ class Args:
   record_interval: int = 500
   save_interval: int = 10_000
   logdir: str = "runs/dqn"
+  """where TensorBoard logs, checkpoints and summary.json go; refused if it holds another run."""
+  overwrite: bool = False
+  """delete the run already in --logdir (its checkpoints, summary and event files) first."""
+  keep_checkpoints: int = 5
+  """numbered checkpoints kept, the newest (best/ and final/ always stay); 0 keeps all."""
   progress: bool = True
   anneal_lr: bool = True
   """anneal the learning rate linearly to --agent.learning-rate-end over --max-opts (unless
@@ -115,6 +120,7 @@ def run(args: Args, title: str, make_replay: Callable[[ja.DQN], Any] | None = No
   mode = default_mode() if args.mode == "auto" else args.mode
   env, eval_env = envs if envs is not None else default_envs(args)
   config = trainer_config(args)
+  ja.claim_run_dir(args.logdir, args.overwrite)  # before the recorder writes its event file
   obs_space, action_space = ja.envs.spaces_of(env)
   agent_cfg = agent_config(args)
   agent = ja.DQN(agent_cfg, obs_space, action_space, args.env_id)
@@ -143,8 +149,10 @@ def run(args: Args, title: str, make_replay: Callable[[ja.DQN], Any] | None = No
                                    "best_eval_reward", "final_eval_reward", "solved_at")}
   print(json.dumps(shown, indent=1, default=float))
   logdir = os.path.abspath(args.logdir)
-  print(f"summary: {os.path.join(logdir, 'summary.json')}; best model: "
-        f"{os.path.join(logdir, 'best')}; TensorBoard: tensorboard --logdir {args.logdir}")
+  best = os.path.join(logdir, "best")
+  best = best if os.path.isdir(best) else "none (no evaluation ran)"
+  print(f"summary: {os.path.join(logdir, 'summary.json')}; best model: {best}; "
+        f"TensorBoard: tensorboard --logdir {args.logdir}")
   return summary
 
 
@@ -152,9 +160,18 @@ def main(args: Args) -> dict:
   return run(args, "DQN")
 
 
-if __name__ == "__main__":
+def run_cli(main: Callable[[], Any]) -> None:
+  """Runs ``main()``: bad input exits 2, a run that failed (diverged, stalled, actors failing)
+  exits 1, each with one ``error: ...`` line instead of a traceback."""
   try:
-    main(tyro.cli(Args))
+    main()
   except ja.ConfigError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
+  except (ja.NonFiniteError, ja.StallError, ja.ActorFailed) as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(1)
+
+
+if __name__ == "__main__":
+  run_cli(lambda: main(tyro.cli(Args)))

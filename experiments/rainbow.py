@@ -220,8 +220,4 @@ def main(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-  try:
-    main(parse())
-  except ja.ConfigError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+  dqn_experiment.run_cli(lambda: main(parse()))

@@ -5,9 +5,10 @@ from jaxasync.actor_manager import ActorFailed, ActorManager, ActorStats
 from jaxasync.agents.dqn import DQN, DQNConfig, DQNState, linear_epsilon
 from jaxasync.async_trainer import AsyncConfig, AsyncTrainer, RateLimiter, train_async
 from jaxasync.atari import AtariEnvFactory
-from jaxasync.checkpoint import restore_checkpoint, save_checkpoint
+from jaxasync.checkpoint import claim_run_dir, restore_checkpoint, save_checkpoint
 from jaxasync.envs import ConfigError, EnvFactory, check_env_id
 from jaxasync.evaluator import Evaluator
+from jaxasync.faults import NonFiniteError, StallError
 from jaxasync.inference import InferenceClient, InferenceServer
 from jaxasync.learner import IntervalTrigger, Learner
 from jaxasync.minatar import MinAtarEnvFactory
@@ -50,6 +51,7 @@ __all__ = [
     "MinAtarEnvFactory",
     "ModelInfo",
     "MultiRecorder",
+    "NonFiniteError",
     "NullRecorder",
     "PrioritizedFrameReplayBuffer",
     "PrioritizedReplayBuffer",
@@ -57,6 +59,7 @@ __all__ = [
     "Recorder",
     "ReplayBuffer",
     "SharedParamStore",
+    "StallError",
     "StepProcessor",
     "SumTree",
     "TensorboardRecorder",
@@ -66,6 +69,7 @@ __all__ = [
     "Transition",
     "apex_epsilons",
     "check_env_id",
+    "claim_run_dir",
     "linear_beta",
     "linear_epsilon",
     "restore_checkpoint",

@@ -7,7 +7,10 @@ a spawned process; ``ActorManager`` supervises it.
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing as mp
 import os
+import signal
+import threading
 import time
 import traceback
 from typing import Any, Callable, Sequence
@@ -97,6 +100,26 @@ def run_actor(actor_id: int, agent_factory: Callable[[], Any], env_factory: Call
     transport.release()
     if inference is not None:
       inference.release()
+
+
+def run_actor_process(*args) -> None:
+  """``run_actor`` as a spawned process's target: it exits as soon as its parent is gone.
+
+  A parent killed with ``kill -9`` (or OOM) runs no cleanup, so the actor watches the pipe
+  that multiprocessing keeps open from the parent (``parent_process().sentinel``) and exits
+  when it closes; otherwise orphaned actors (and, through them, the resource tracker and its
+  ``/dev/shm`` semaphores) lived on forever. Ctrl-C reaches the whole process group: the
+  actor ignores it and lets the learner stop it, instead of dying with a traceback.
+  """
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+  parent = mp.parent_process()
+  if parent is not None:
+    def exit_with_parent():
+      mp.connection.wait([parent.sentinel])
+      os._exit(3)  # nobody is left to report to, and the env may be stuck in step()
+
+    threading.Thread(target=exit_with_parent, name="jaxasync-parent-watch", daemon=True).start()
+  run_actor(*args)
 
 
 def _actor_loop(actor_id, agent_factory, env_factory, config: ActorConfig, transport,

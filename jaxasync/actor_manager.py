@@ -12,8 +12,26 @@ from typing import Any, Callable
 
 import numpy as np
 
-from jaxasync.actor import ActorConfig, ActorShared, run_actor
+from jaxasync.actor import ActorConfig, ActorShared, run_actor, run_actor_process
 from jaxasync.transport import ChunkQueue
+
+
+class StopFlag:
+  """A stop request shared with actor processes, read without a lock.
+
+  ``multiprocessing.Event.is_set`` takes a lock, and actors read the flag every step: one
+  killed inside it would leave the lock held, blocking every other actor and the learner's
+  ``set``. A shared byte cannot be left held.
+  """
+
+  def __init__(self, ctx):
+    self._flag = ctx.RawValue("b", 0)
+
+  def is_set(self) -> bool:
+    return bool(self._flag.value)
+
+  def set(self) -> None:
+    self._flag.value = 1
 
 
 class ActorFailed(RuntimeError):
@@ -59,7 +77,7 @@ class ActorManager:
     n = len(configs)
     if mode == "process":
       self._ctx = mp.get_context("spawn")
-      self._stop = self._ctx.Event()
+      self._stop = StopFlag(self._ctx)
       self._errors = self._ctx.Queue()
       self.shared = ActorShared(self._ctx.RawArray("q", n), self._ctx.RawArray("q", n))
       self._env_lock = self._ctx.Lock() if serialize_env_init else None
@@ -81,7 +99,8 @@ class ActorManager:
 
   def _spawn(self, i: int) -> None:
     config = dataclasses.replace(self.configs[i], restart=self.restarts[i])  # a fresh seed
-    args = (i, self.agent_factory, self.env_factory, config, self.transport,
+    channel = self.transport.open_channel(i)  # processes: a fresh pipe, the old one discarded
+    args = (i, self.agent_factory, self.env_factory, config, channel,
             self.param_store, self._stop, self._errors, self.shared, self._env_lock,
             None if self.inference is None else self.inference.client(i))
     if self.mode == "thread":
@@ -98,8 +117,10 @@ class ActorManager:
       saved = {k: os.environ.get(k) for k in child_env}
       os.environ.update(child_env)
       try:
-        w = self._ctx.Process(target=run_actor, args=args, name=f"jaxasync-actor-{i}", daemon=True)
+        w = self._ctx.Process(target=run_actor_process, args=args, name=f"jaxasync-actor-{i}",
+                              daemon=True)
         w.start()
+        channel.close()  # the child has its copy; its death must read as end-of-file
       finally:
         for k, v in saved.items():
           if v is None:

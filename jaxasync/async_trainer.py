@@ -257,12 +257,16 @@ class AsyncTrainer:
     self.env_steps = 0
     self.inserted = 0
     self.chunks_ingested = 0
-    self.versions_seen: dict[int, list[int]] = {}  # actor id -> versions of its chunks, in order
-    self.seqs_seen: dict[int, list[int]] = {}
-    self._lags: list[int] = []
-    self._returns: list[float] = []
+    # Per actor: (params version, seq) of its last chunk; O(actors), not O(chunks).
+    self.last_chunk: dict[int, tuple[int, int]] = {}
+    # Chunks whose version went back or whose seq was not the actor's last + 1 (0 after a
+    # restart): loss, duplication or reordering in the transport.
+    self.order_errors = 0
+    self._lags = [0, 0, 0, 0]  # min, max, sum, count since the last record
+    self._returns = [0.0, 0]  # sum, count of episode returns since the last record
     self.times = {"ingest": 0.0, "sample": 0.0, "update": 0.0, "publish": 0.0, "wait": 0.0}
     self.actor_stats: list[ActorStats] = []
+    self._waiting = False  # the loop waits for data (no update since), for the watchdog
 
   # --- pieces of the loop ----------------------------------------------------
   def _add_chunk(self, chunk: Chunk) -> None:
@@ -271,10 +275,16 @@ class AsyncTrainer:
     self.inserted += n
     self.env_steps += chunk.env_steps
     self.chunks_ingested += 1
-    self._lags.append(self.learner.opt_steps - chunk.version)
-    self._returns.extend(chunk.episode_returns)
-    self.versions_seen.setdefault(chunk.actor_id, []).append(chunk.version)
-    self.seqs_seen.setdefault(chunk.actor_id, []).append(chunk.seq)
+    lag, lags = self.learner.opt_steps - chunk.version, self._lags
+    lags[:] = ([min(lags[0], lag), max(lags[1], lag), lags[2] + lag, lags[3] + 1] if lags[3]
+               else [lag, lag, lag, 1])
+    self._returns[0] += sum(chunk.episode_returns)
+    self._returns[1] += len(chunk.episode_returns)
+    last = self.last_chunk.get(chunk.actor_id)
+    if (chunk.seq != 0 if last is None else
+        chunk.version < last[0] or chunk.seq not in (last[1] + 1, 0)):
+      self.order_errors += 1
+    self.last_chunk[chunk.actor_id] = (chunk.version, chunk.seq)
 
   def _ingest(self, max_chunks: int = 32) -> int:
     """Moves up to ``max_chunks`` queued chunks into the replay, unless actors are ahead."""
@@ -296,6 +306,7 @@ class AsyncTrainer:
     e.g. by ``max_train_frequency``, and actors are ahead) leaves the queue full, so that
     actors block instead of running past the samples-per-insert budget."""
     t0 = time.perf_counter()
+    self._waiting = True
     learner = self.learner
     sampled = learner.opt_steps * learner.batch_size
     if (self.limiter.can_insert(self.inserted, sampled, self._chunk_items)
@@ -304,7 +315,7 @@ class AsyncTrainer:
       if chunk is not None:
         self._add_chunk(chunk)
     else:
-      time.sleep(timeout)
+      self.transport.pump(timeout)  # drop-oldest keeps reading; blocking mode reads only into room
     self.times["wait"] += time.perf_counter() - t0
 
   def _can_update(self) -> bool:
@@ -330,21 +341,35 @@ class AsyncTrainer:
     sps = (self.inserted - last[1]) / dt
     fps = (self.env_steps - last[2]) / dt
     osps = (opt - last[3]) / dt
-    lags = self._lags or [0]
+    lags = self._lags
     values = {
         "env_steps": self.env_steps, "opt_steps": opt, "fps": fps,
         "samples_total": self.inserted, "samples_per_sec": sps, "opt_steps_per_sec": osps,
         "samples_per_opt_steps": self.inserted / max(1, opt),
         "queue_length": self.transport.qsize(), "dropped_chunks": self.transport.dropped,
-        "policy_lag_min": min(lags), "policy_lag_mean": float(np.mean(lags)),
-        "policy_lag_max": max(lags), "actor_restarts": sum(self.manager.restarts),
+        "policy_lag_min": lags[0], "policy_lag_mean": lags[2] / max(1, lags[3]),
+        "policy_lag_max": lags[1], "actor_restarts": sum(self.manager.restarts),
         **{f"time_{k}_frac": v / max(1e-9, now - self.run_state.start) for k, v in self.stage_times().items()},
         **self.learner.metrics()}
-    if self._returns:
-      values["train_episode_return"] = float(np.mean(self._returns))
+    if self._returns[1]:
+      values["train_episode_return"] = self._returns[0] / self._returns[1]
     self.recorder.record(opt, values)
-    self._lags, self._returns = [], []
+    self._lags, self._returns = [0, 0, 0, 0], [0.0, 0]
     return (now, self.inserted, self.env_steps, opt)
+
+  def _stage(self) -> str:
+    """Where a run without progress is stuck, for the watchdog (read from its thread)."""
+    learner, c = self.learner, self.config
+    if len(self.replay) < max(c.warmup_period, learner.k * learner.batch_size):
+      steps = [int(self.manager.shared.env_steps[i]) for i in range(self.manager.num_actors)]
+      return (f"waiting for the actors' chunks to fill the warmup ({len(self.replay)} of "
+              f"{c.warmup_period} transitions; {self.chunks_ingested} chunks so far; actors' "
+              f"env steps {steps}, alive {self.manager.alive()}): an actor's env.step() may "
+              "not return")
+    if self._waiting:
+      return (f"waiting for the actors' chunks ({self.chunks_ingested} so far; actors alive "
+              f"{self.manager.alive()}): an actor's env.step() may not return")
+    return "the learner's update call"
 
   def stage_times(self) -> dict[str, float]:
     return {"ingest": self.times["ingest"], "sample": self.learner.time_sample,
@@ -375,6 +400,8 @@ class AsyncTrainer:
     error: BaseException | None = None
     forced = False
     with run.stop_on_sigint():
+      dog = run.watchdog(lambda: self.env_steps + learner.opt_steps + self.evaluator.steps,
+                         self._stage)
       try:
         while not run.should_stop(self.env_steps):
           self._ingest()
@@ -390,6 +417,7 @@ class AsyncTrainer:
             self._wait_for_data()
             continue
           learner.step()
+          self._waiting = False
           opt = learner.opt_steps
           if sync_t(opt):
             self._publish()
@@ -404,11 +432,14 @@ class AsyncTrainer:
                               best=f"{run.best_eval_reward:.1f}")
           if save_t(opt):
             run.save(str(opt), {"env_steps": self.env_steps})
+        if run.failure is not None:
+          raise run.failure
       except KeyboardInterrupt:  # outside the main thread, or a second Ctrl-C
         run.interrupted = forced = True
       except BaseException as e:
         error = e
       finally:
+        dog.stop()
         bar.close()
         if error is None and not forced:  # (a forced stop may have lost the state mid-update)
           self._publish()  # actors end on the final params
@@ -417,6 +448,7 @@ class AsyncTrainer:
           self.inference.stop()
         self.transport.close()
         eval_worker.close(wait_pending=error is None and not run.interrupted)
+        error = error or eval_worker.error  # an evaluation that failed after the loop's last look
         try:
           if (error is None and eval_worker.error is None and not eval_worker.alive
               and run.needs_final_eval()):
@@ -432,6 +464,7 @@ class AsyncTrainer:
           run.save("final", {"env_steps": self.env_steps})
         except Exception as save_error:  # never mask the error that ended the run
           error = error or save_error
+        run.record_error(error)
         summary = self.summary()
         run.write_summary(summary)
         self.recorder.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,8 @@ PyTree = Any
 
 def _atomic_write(path: Path, data: bytes) -> None:
   path.parent.mkdir(parents=True, exist_ok=True)
+  for stale in path.parent.glob(f".{path.name}.*.tmp"):  # left by a save that was killed
+    stale.unlink(missing_ok=True)
   fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
   try:
     with os.fdopen(fd, "wb") as f:
@@ -36,6 +39,49 @@ def _atomic_write(path: Path, data: bytes) -> None:
     if os.path.exists(tmp):
       os.unlink(tmp)
     raise
+
+
+def run_files(directory: str | os.PathLike, events: bool = True) -> list[Path]:
+  """What a run leaves in ``directory``: ``summary.json``, ``best/``, ``final/``, numbered
+  checkpoints and, with ``events``, TensorBoard event files."""
+  directory = Path(directory)
+  if not directory.is_dir():
+    return []
+  return sorted(p for p in directory.iterdir()
+                if p.name in ("summary.json", "best", "final")
+                or (p.is_dir() and p.name.isdigit())
+                or (events and p.name.startswith("events.out.tfevents.")))
+
+
+def claim_run_dir(directory: str | os.PathLike, overwrite: bool = False,
+                  events: bool = True) -> Path:
+  """Makes ``directory`` ready for a new run's files without mixing them with another run's.
+
+  Raises ``ConfigError`` if it is a file, cannot be created or written, or already holds a
+  run's files (``run_files``: its ``best/`` could be overwritten by a worse model, its
+  checkpoints and event files mixed with the new run's) unless ``overwrite``, which
+  deletes those files first.
+  """
+  from jaxasync.envs import ConfigError
+  directory = Path(directory)
+  if directory.exists() and not directory.is_dir():
+    raise ConfigError(f"--logdir {directory} is a file, not a directory; pass a directory path.")
+  try:
+    directory.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryFile(dir=directory):
+      pass
+  except OSError as e:
+    raise ConfigError(f"--logdir {directory} cannot be written ({e.strerror or e}); pass a "
+                      "writable directory.") from None
+  old = run_files(directory, events)
+  if old and not overwrite:
+    names = ", ".join(p.name for p in old[:4]) + (", ..." if len(old) > 4 else "")
+    raise ConfigError(
+        f"--logdir {directory} already holds a run ({names}); pass another --logdir, or "
+        "--overwrite to delete that run's files first.")
+  for p in old:
+    shutil.rmtree(p) if p.is_dir() else p.unlink()
+  return directory
 
 
 def _flatten(tree: PyTree) -> dict[str, np.ndarray]:

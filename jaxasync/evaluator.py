@@ -34,8 +34,20 @@ class Evaluator:
                epsilon: float = 0.0, seed: int = 10_000):
     self.agent, self.num_episodes, self.epsilon = agent, num_episodes, epsilon
     self._env = env_factory(num_episodes, seed=seed)
+    obs, act = self._env.single_observation_space, self._env.single_action_space
+    want_obs, want_act = getattr(agent, "obs_space", None), getattr(agent, "action_space", None)
+    if want_obs is not None and (obs.shape != want_obs.shape or obs.dtype != want_obs.dtype
+                                 or act != want_act):
+      self._env.close()
+      from jaxasync.envs import ConfigError
+      raise ConfigError(
+          f"the evaluation env ({getattr(env_factory, 'env_id', env_factory)}) has observations "
+          f"{obs.shape} {obs.dtype} and actions {act}, the training env {want_obs.shape} "
+          f"{want_obs.dtype} and {want_act}: the agent cannot act in it. Pass an --eval-env-id "
+          "with the same spaces as --env-id.")
     self._seed, self._count = seed, 0
     self._rng = np.random.default_rng(seed)
+    self.steps = 0  # vector steps taken in all evaluations (progress, for the watchdog)
 
   def evaluate(self, params: PyTree) -> float:
     """Mean undiscounted return over ``num_episodes`` first episodes."""
@@ -48,6 +60,7 @@ class Evaluator:
     while running.any():
       actions = self.agent.act(params, obs, self.epsilon, self._rng, explore=False)
       obs, reward, terminated, truncated, _ = self._env.step(actions)
+      self.steps += 1
       returns += reward * running
       running &= ~(terminated | truncated)
     return float(returns.mean())

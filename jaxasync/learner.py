@@ -14,6 +14,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxasync.envs import ConfigError
+from jaxasync.faults import NonFiniteError, divergence_hint
 from jaxasync.replay.prioritized import linear_beta
 from jaxasync.types import ModelInfo, Transition
 
@@ -64,6 +66,13 @@ class Learner:
                beta_anneal_steps: int = 0):
     if updates_per_call < 1:
       raise ValueError(f"updates_per_call must be >= 1, got {updates_per_call}.")
+    capacity = getattr(replay, "capacity", None)
+    if capacity is not None and capacity < updates_per_call * batch_size:
+      raise ConfigError(
+          f"replay capacity {capacity} is below updates_per_call x batch_size = "
+          f"{updates_per_call} x {batch_size} = {updates_per_call * batch_size}: no update call "
+          "could ever be sampled and the run would never train. Raise --replay-capacity, or "
+          "lower --updates-per-call or the batch size.")
     self.agent, self.replay = agent, replay
     self.k, self.batch_size = updates_per_call, batch_size
     self.state = agent.init(jax.random.PRNGKey(seed))
@@ -122,14 +131,30 @@ class Learner:
   def _flush_priorities(self) -> None:
     if self._pending_priorities is not None:
       (idx, gens), priorities = self._pending_priorities
-      self.replay.update_priorities(idx.ravel(), np.asarray(priorities).ravel(), gens.ravel())
+      priorities = np.asarray(priorities).ravel()
+      if not np.isfinite(priorities).all():
+        self._pending_priorities = None
+        raise NonFiniteError(
+            f"non-finite TD-error priorities after SGD step {self.opt_steps}: training "
+            f"diverged. {divergence_hint(self.agent)}")
+      self.replay.update_priorities(idx.ravel(), priorities, gens.ravel())
       self._pending_priorities = None
 
   def metrics(self) -> dict[str, float]:
-    """The last call's metrics as Python floats (waits for that call to finish)."""
+    """The last call's metrics as Python floats (waits for that call to finish).
+
+    Raises ``NonFiniteError`` if one is NaN or infinite (the loss of a diverged run), so
+    that the trainers stop before checkpointing params that are no good.
+    """
     if self._metrics is None:
       return {}
-    return {k: float(v) for k, v in jax.device_get(self._metrics).items()}
+    values = {k: float(v) for k, v in jax.device_get(self._metrics).items()}
+    bad = {k: v for k, v in values.items() if not np.isfinite(v)}
+    if bad:
+      raise NonFiniteError(
+          f"non-finite {', '.join(f'{k}={v}' for k, v in bad.items())} at SGD step "
+          f"{self.opt_steps}: training diverged. {divergence_hint(self.agent)}")
+    return values
 
   def policy_params(self) -> PyTree:
     return self.agent.policy_params(self.state)

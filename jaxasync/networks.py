@@ -116,6 +116,15 @@ class MinAtarCNN(nn.Module):
 TORSOS = ("mlp", "nature_cnn", "minatar_cnn")
 
 
+def check_torso(torso: str, obs_shape: Sequence[int], env_id: str = "the env") -> None:
+  """Raises ``ConfigError`` if a CNN torso is asked for observations that are not ``[H, W, C]``."""
+  if torso in ("nature_cnn", "minatar_cnn") and len(obs_shape) != 3:
+    from jaxasync.envs import ConfigError
+    raise ConfigError(
+        f"torso {torso!r} needs image observations [H, W, C], but {env_id} has observations of "
+        f"shape {tuple(obs_shape)}; use torso 'mlp' or 'auto'.")
+
+
 def default_torso(obs_shape: Sequence[int], obs_dtype) -> str:
   """The torso for one observation of shape ``obs_shape``: ``"minatar_cnn"`` for small
   ``[H, W, C]`` grids (H, W <= 16, as MinAtar's 10x10), ``"nature_cnn"`` for uint8 frame

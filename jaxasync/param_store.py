@@ -4,7 +4,8 @@ Two implementations with one interface:
   * ``ThreadParamStore``: a reference swap under a lock, for actor threads.
   * ``SharedParamStore``: one preallocated shared-memory block holding the flat
     params plus a version counter, for actor processes. Publishing is a memcpy;
-    actors copy out only when the version moved.
+    actors copy out only when the version moved. It is a seqlock, not a lock: an
+    actor killed while copying cannot leave anything held that the learner waits on.
 Actors read ``version`` (a plain load) every step and call ``get`` only when it
 changed, so reading never stalls the learner for longer than one copy.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import threading
+import time
 from typing import Any
 
 import jax
@@ -61,7 +63,8 @@ class SharedParamStore:
     self._offsets = np.cumsum([0] + [x.nbytes for x in leaves]).tolist()
     self._buffer = ctx.RawArray("b", max(1, self._offsets[-1]))
     self._version = ctx.RawValue("q", -1)
-    self._lock = ctx.Lock()
+    # Seqlock: odd while the (single) publisher writes; readers retry if it moved meanwhile.
+    self._seq = ctx.RawValue("q", 0)
     self._views = None
 
   def __getstate__(self):
@@ -81,16 +84,27 @@ class SharedParamStore:
     return self._version.value
 
   def publish(self, info: ModelInfo) -> None:
+    """Writes ``info`` (one publisher: the learner's loop); never waits on readers."""
     leaves = jax.tree_util.tree_leaves(info.params)
-    with self._lock:
+    self._seq.value += 1
+    try:
       for view, x in zip(self._leaf_views(), leaves):
         view[...] = x
       self._version.value = info.version
+    finally:
+      self._seq.value += 1
 
   def get(self) -> ModelInfo | None:
-    with self._lock:
+    """The latest publication, copied out whole (retried if a publication overlapped the copy)."""
+    views = self._leaf_views()
+    while True:
+      seq = self._seq.value
+      if seq & 1:
+        time.sleep(0.0005)
+        continue
       version = self._version.value
       if version < 0:
         return None
-      leaves = [v.copy() for v in self._leaf_views()]
-    return ModelInfo(version, jax.tree_util.tree_unflatten(self._treedef, leaves))
+      leaves = [v.copy() for v in views]
+      if self._seq.value == seq:
+        return ModelInfo(version, jax.tree_util.tree_unflatten(self._treedef, leaves))

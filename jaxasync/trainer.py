@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import shutil
 import signal
 import threading
 import time
@@ -13,9 +14,10 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from jaxasync.checkpoint import save_checkpoint
+from jaxasync.checkpoint import claim_run_dir, save_checkpoint
 from jaxasync.envs import ConfigError, EnvFactory
 from jaxasync.evaluator import Evaluator, to_cpu
+from jaxasync.faults import NonFiniteError, Watchdog, all_finite, divergence_hint, logger
 from jaxasync.learner import IntervalTrigger, Learner
 from jaxasync.recorder import NullRecorder, Recorder
 from jaxasync.replay import ReplayBuffer
@@ -36,7 +38,7 @@ class TrainerConfig:
     warmup_period: env steps collected before the first optimization step.
     opt_interval: env steps per optimization step (``1/opt_interval`` updates per env step).
     updates_per_call: SGD steps per jitted update call.
-    eval_interval, record_interval, save_interval: in optimization steps; ``<= 0`` disables.
+    eval_interval, record_interval, save_interval: in optimization steps; ``0`` disables.
     eval_episodes: episodes per evaluation.
     eval_epsilon: exploration during evaluation.
     num_envs: sub-envs of the training vector env.
@@ -48,6 +50,14 @@ class TrainerConfig:
     model_dir: where checkpoints go (``<model_dir>/best``, ``<model_dir>/<opt_steps>``,
       ``<model_dir>/final``); ``None`` saves nothing.
     progress: show a tqdm progress bar.
+    overwrite: start in a ``model_dir`` that holds another run's checkpoints or summary by
+      deleting them (otherwise ``ConfigError``).
+    keep_checkpoints: numbered checkpoints kept (the newest; ``best`` and ``final`` always
+      stay); ``0`` keeps all.
+    stall_warning: seconds without progress (no env step, SGD step or evaluation step) after
+      which a warning names the stage the run is stuck in; ``None`` or ``0``: never.
+    stall_timeout: seconds without progress after which the run stops with ``StallError``
+      (also raised when the run is still stuck 10 s past ``duration``); ``None`` or ``0``: never.
   """
 
   max_opts: int = 50_000
@@ -70,6 +80,10 @@ class TrainerConfig:
   seed: int = 0
   model_dir: str | None = None
   progress: bool = True
+  overwrite: bool = False
+  keep_checkpoints: int = 5
+  stall_warning: float | None = 60.0
+  stall_timeout: float | None = 300.0
 
   def validate(self, batch_size: int) -> None:
     if self.n_step < 1:
@@ -86,6 +100,15 @@ class TrainerConfig:
       raise ConfigError(
           f"warmup_period={self.warmup_period} exceeds replay_capacity={self.replay_capacity}; "
           "the replay could never hold the warmup. Lower warmup_period or raise replay_capacity.")
+    for name in ("eval_interval", "record_interval", "save_interval"):
+      if getattr(self, name) < 0:
+        raise ConfigError(f"{name} must be >= 0 SGD steps (0 disables it), got "
+                          f"{getattr(self, name)}.")
+    if self.eval_episodes < 1:
+      raise ConfigError(f"eval_episodes must be >= 1, got {self.eval_episodes}; pass "
+                        "--eval-episodes 1 or more (--eval-interval 0 disables evaluation).")
+    if self.keep_checkpoints < 0:
+      raise ConfigError(f"keep_checkpoints must be >= 0 (0: keep all), got {self.keep_checkpoints}.")
     if self.opt_interval <= 0 or self.updates_per_call < 1 or self.num_envs < 1:
       raise ConfigError("opt_interval must be > 0, updates_per_call and num_envs >= 1.")
 
@@ -118,8 +141,14 @@ class RunState:
     self.extra_meta = extra_meta or {}
     self.start = time.perf_counter()
     self.model_dir = Path(config.model_dir) if config.model_dir else None
+    if self.model_dir is not None:  # (event files are the recorder's: its caller checks them)
+      claim_run_dir(self.model_dir, config.overwrite, events=False)
     self._stop_at = float("inf")
     self.interrupted = False
+    self.error: str | None = None  # what ended the run, for the summary
+    self.failure: BaseException | None = None  # set by the watchdog thread
+    self.warnings: list[str] = []
+    self.last_checkpoint: Path | None = None  # the last numbered or final one written
 
   def request_stop(self, after_s: float = 0.0) -> None:
     """Ends the run ``after_s`` seconds from now (thread-safe: a float assignment)."""
@@ -127,24 +156,54 @@ class RunState:
 
   @contextlib.contextmanager
   def stop_on_sigint(self):
-    """Within it, a first Ctrl-C ends the run after the update in flight (so the learner's
-    donated state is never lost mid-swap) and the trainer saves ``final`` and the summary as
-    usual; a second Ctrl-C raises ``KeyboardInterrupt``. Only in the main thread."""
+    """Within it, a first Ctrl-C or SIGTERM (what ``timeout``, ``docker stop`` and job
+    schedulers send) ends the run after the update in flight (so the learner's donated state
+    is never lost mid-swap) and the trainer stops its actors, saves ``final`` and the summary
+    as usual; a second one raises ``KeyboardInterrupt``. Only in the main thread."""
     if threading.current_thread() is not threading.main_thread():
       yield
       return
 
-    def on_sigint(signum, frame):
+    def on_signal(signum, frame):
+      if self.failure is not None:  # the watchdog interrupts a main thread stuck in env.step
+        raise self.failure
       if self.interrupted:
         raise KeyboardInterrupt
       self.interrupted = True
       self.request_stop()
 
-    previous = signal.signal(signal.SIGINT, on_sigint)
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
       yield
     finally:
-      signal.signal(signal.SIGINT, previous)
+      for s, handler in previous.items():
+        signal.signal(s, handler)
+
+  def fail(self, error: BaseException) -> None:
+    """Ends the run with ``error`` (from any thread): the loop stops and raises it."""
+    self.failure = error
+    self.request_stop()
+
+  def watchdog(self, progress, stage, interrupt_main=None) -> Watchdog:
+    """A started ``Watchdog`` for this run. ``interrupt_main()`` says whether the main thread
+    may be interrupted (it is stuck in env.step): the watchdog then signals it, and the signal
+    handler of ``stop_on_sigint`` raises the ``StallError`` there."""
+    main = threading.main_thread().ident
+
+    def fail(error):
+      self.fail(error)
+      if interrupt_main is not None and interrupt_main():
+        signal.pthread_kill(main, signal.SIGINT)
+
+    c = self.config
+    dog = Watchdog(progress, stage, fail, c.stall_warning, c.stall_timeout, c.duration)
+    dog.warnings = self.warnings
+    return dog.start()
+
+  def record_error(self, error: BaseException | None) -> None:
+    """Keeps what ended the run (the first error) for the summary's ``error``."""
+    if error is not None and self.error is None:
+      self.error = f"{type(error).__name__}: {error}"
 
   def should_stop(self, env_steps: int) -> bool:
     """``max_opts``, ``max_env_steps``, ``duration``, ``target_eval_reward`` or a requested stop."""
@@ -165,7 +224,23 @@ class RunState:
     rng_states.update(counters.pop("rng_states", {}))
     meta = {"opt_steps": self.learner.opt_steps, "best_eval_reward": self.best_eval_reward,
             "rng_states": rng_states, **counters, **self.extra_meta}
-    save_checkpoint(self.model_dir / name, self.learner.state, meta)
+    self.check_finite(self.learner.state, f"checkpoint {name!r}")
+    self.last_checkpoint = save_checkpoint(self.model_dir / name, self.learner.state, meta)
+    keep = self.config.keep_checkpoints
+    numbered = sorted((p for p in self.model_dir.iterdir() if p.is_dir() and p.name.isdigit()),
+                      key=lambda p: int(p.name))
+    for old in numbered[:-keep] if keep > 0 else []:
+      shutil.rmtree(old, ignore_errors=True)
+
+  def check_finite(self, state, what: str) -> None:
+    """Raises ``NonFiniteError`` instead of letting non-finite ``state`` be saved as ``what``."""
+    if all_finite(state):
+      return
+    last = (f" The last checkpoint written, {self.last_checkpoint}, is the last good one."
+            if self.last_checkpoint is not None else "")
+    raise NonFiniteError(
+        f"the agent state has NaN or infinite values at SGD step {self.learner.opt_steps}: "
+        f"training diverged, {what} was not written.{last} {divergence_hint(self.learner.agent)}")
 
   def on_eval(self, reward: float, opt_steps: int, env_steps: int, params_version: int,
               state_for_best=None, wall_s: float | None = None) -> None:
@@ -177,9 +252,14 @@ class RunState:
                        "eval_reward": reward, "params_version": params_version})
     self.recorder.record(opt_steps, {"eval_reward": reward})
     if reward > self.best_eval_reward:
+      if self.model_dir is not None:
+        # Only here: an async evaluation runs in its own thread and is handed a host copy
+        # (``state_for_best``) exactly when there is a model_dir; the learner's own state may
+        # be donated to the next update call under its feet.
+        state = state_for_best if state_for_best is not None else self.learner.state
+        self.check_finite(state, "best")
       self.best_eval_reward = reward
       if self.model_dir is not None:
-        state = state_for_best if state_for_best is not None else self.learner.state
         save_checkpoint(self.model_dir / "best", state,
                         {"opt_steps": params_version, "eval_reward": reward,
                          "env_steps": env_steps, **self.extra_meta})
@@ -208,7 +288,15 @@ class RunState:
         "final_eval_opt_steps": self.evals[-1]["opt_steps"] if self.evals else None,
         "seed": self.config.seed,
         "solved_at": self.solved_at, "evals": self.evals, "interrupted": self.interrupted,
+        "error": self.error, "warnings": self.warnings,
     }
+    if opt == 0 and self.error is None:
+      msg = (f"the run ended without a single SGD step ({env_steps} env steps collected, "
+             f"warmup_period={self.config.warmup_period}): nothing was learned. Lower "
+             "--warmup-period or run longer.")
+      if msg not in self.warnings:
+        self.warnings.append(msg)
+        logger.warning(msg)
     out.update(extra or {})
     return out
 
@@ -217,8 +305,24 @@ class RunState:
       self.model_dir.mkdir(parents=True, exist_ok=True)
       path = self.model_dir / "summary.json"
       tmp = path.with_suffix(".json.tmp")
-      tmp.write_text(json.dumps(summary, indent=1, default=float))
+      # Strict JSON: NaN and +-inf (no evaluation yet, a diverged loss) become null.
+      tmp.write_text(json.dumps(_json_safe(summary), indent=1, allow_nan=False))
       tmp.replace(path)
+
+
+def _json_safe(x):
+  """``x`` with numpy scalars as Python numbers and non-finite floats as ``None``."""
+  if isinstance(x, dict):
+    return {str(k): _json_safe(v) for k, v in x.items()}
+  if isinstance(x, (list, tuple)):
+    return [_json_safe(v) for v in x]
+  if isinstance(x, np.generic):
+    x = x.item()
+  if isinstance(x, float) and not np.isfinite(x):
+    return None
+  if x is None or isinstance(x, (bool, int, float, str)):
+    return x
+  return str(x)
 
 
 class Trainer:
@@ -271,11 +375,17 @@ class Trainer:
     credit = 0.0
     last = (time.perf_counter(), 0, 0, 0)  # time, env_steps, opt_steps, samples at the last record
     bar = progress_bar(c.max_opts, c.progress)
+    error: BaseException | None = None
+    self._stage = "env.step"
     with run.stop_on_sigint():
+      dog = run.watchdog(lambda: self.env_steps + learner.opt_steps + self.evaluator.steps,
+                         lambda: self._stage, lambda: self._stage == "env.step")
       try:
         while not run.should_stop(self.env_steps):
           actions = agent.act(actor_params, proc.obs, agent.epsilon(self.env_steps), rng)
+          self._stage = "env.step"
           next_obs, reward, terminated, truncated, _ = self.env.step(actions)
+          self._stage = "the replay and the SGD update (the first call compiles)"
           self.replay.add(proc.step(actions, reward, next_obs, terminated, truncated))
           self.env_steps += c.num_envs
           if self.env_steps < c.warmup_period or not learner.ready():
@@ -291,6 +401,7 @@ class Trainer:
           bar.update(learner.opt_steps - bar.n)
           opt = learner.opt_steps
           if eval_t(opt):
+            self._stage = "evaluation"
             reward = self.evaluator.evaluate(learner.policy_params())
             run.on_eval(reward, opt, self.env_steps, opt)
             bar.set_postfix(eval_reward=f"{reward:.1f}", best=f"{run.best_eval_reward:.1f}")
@@ -310,15 +421,27 @@ class Trainer:
           if save_t(opt):
             run.save(str(opt), {"env_steps": self.env_steps,
                                 "rng_states": {"exploration": rng.bit_generator.state}})
+        if run.failure is not None:
+          raise run.failure
         if run.needs_final_eval():
+          self._stage = "evaluation"
           run.on_eval(self.evaluator.evaluate(learner.policy_params()), learner.opt_steps,
                       self.env_steps, learner.opt_steps)
+      except BaseException as e:
+        error = e
       finally:
+        dog.stop()
         bar.close()
-        run.save("final", {"env_steps": self.env_steps,
-                           "rng_states": {"exploration": rng.bit_generator.state}})
+        try:
+          run.save("final", {"env_steps": self.env_steps,
+                             "rng_states": {"exploration": rng.bit_generator.state}})
+        except Exception as save_error:  # never mask the error that ended the run
+          error = error or save_error
+        run.record_error(error)
         summary = run.summary(self.replay.added_total, self.env_steps, {"mode": "sync"})
         run.write_summary(summary)
         self.env.close()
         self.evaluator.close()
+    if error is not None:
+      raise error
     return summary

@@ -237,8 +237,11 @@ def build_jobs(rows: Sequence[str], modes: Sequence[str], seeds: Sequence[int], 
     for mode in modes:
       for seed in seeds:
         logdir = out / "runs" / row / mode / f"seed{seed}"
+        # --overwrite: the run directory is this script's; a rerun (--resume after a failure)
+        # replaces the failed run's files instead of being refused.
         command = [sys.executable, ROWS[row].script, *ROWS[row].flags, *MODES[mode],
-                   "--seed", str(seed), "--logdir", str(logdir), "--no-progress", *extra]
+                   "--seed", str(seed), "--logdir", str(logdir), "--no-progress", "--overwrite",
+                   *extra]
         jobs.append(Job(row, mode, seed, logdir, command))
   return jobs
 

@@ -72,3 +72,55 @@ class RaisingDQN(ja.DQN):
       return inner(*a, **k)
 
     self.update = update
+
+
+class NaNDQN(ja.DQN):
+  """A DQN whose state turns NaN after its ``nan_at``-th update call (a diverging learner)."""
+
+  nan_at = 40
+
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, **kwargs)
+    self.calls = 0
+    inner = self.update
+
+    def update(*a, **k):
+      import jax
+      import jax.numpy as jnp
+      self.calls += 1
+      state, metrics, priorities = inner(*a, **k)
+      if self.calls >= self.nan_at:
+        state = jax.tree.map(
+            lambda x: x * jnp.nan if jnp.issubdtype(x.dtype, jnp.inexact) else x, state)
+      return state, metrics, priorities
+
+    self.update = update
+
+
+class _HangAfter(gym.Wrapper):
+  def __init__(self, env, steps: int):
+    super().__init__(env)
+    self._left = steps
+
+  def step(self, action):
+    self._left -= 1
+    if self._left < 0:
+      import time
+      while True:  # an env stuck in step() (a dead simulator, a lost socket)
+        time.sleep(1.0)
+    return self.env.step(action)
+
+
+@dataclasses.dataclass(frozen=True)
+class HangingEnvFactory:
+  """CartPole vector envs whose first sub-env never returns from its ``steps + 1``-th step."""
+
+  steps: int = 100
+  env_id: str = "CartPole-v1"
+
+  def __call__(self, num_envs: int, seed: int | None = None):
+    fns = [lambda i=i: _HangAfter(gym.make(self.env_id), self.steps) if i == 0
+           else gym.make(self.env_id) for i in range(num_envs)]
+    env = gym.vector.SyncVectorEnv(fns)
+    env.reset(seed=seed)
+    return env

@@ -31,7 +31,7 @@ import optax
 import rlax
 
 from jaxasync.envs import ConfigError, check_discrete_q_spaces
-from jaxasync.networks import TORSOS, QNetwork, default_torso
+from jaxasync.networks import TORSOS, QNetwork, check_torso, default_torso
 from jaxasync.types import Transition
 
 PyTree = Any
@@ -116,6 +116,8 @@ class DQNConfig:
           "learning_rate, learning_rate_end >= 0 and learning_rate_decay_steps >= 0.")
     if self.noisy and not self.noisy_sigma0 >= 0.0:
       raise ConfigError(f"noisy_sigma0 must be >= 0, got {self.noisy_sigma0}.")
+    if not 0.0 < self.learning_rate < float("inf"):  # (also refuses NaN)
+      raise ConfigError(f"learning_rate must be a finite number > 0, got {self.learning_rate}.")
 
 
 @flax.struct.dataclass
@@ -169,6 +171,7 @@ class DQN:
                env_id: str = "the env"):
     check_discrete_q_spaces(obs_space, action_space, env_id)
     config.validate()
+    check_torso(config.torso, obs_space.shape, env_id)
     self.config = config
     self.obs_space, self.action_space = obs_space, action_space
     self.num_actions = int(action_space.n)

@@ -1,0 +1,397 @@
+"""Fault injection: killed actors, diverging learners, signals, stuck envs, bad input.
+
+Every test here is bounded in time: a run that would hang fails the test instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import jaxasync as ja
+
+CARTPOLE = ja.EnvFactory("CartPole-v1")
+
+
+def _config(**kw) -> ja.TrainerConfig:
+  base = dict(max_opts=10**9, warmup_period=256, eval_interval=0, record_interval=100,
+              updates_per_call=4, progress=False, seed=0, replay_capacity=20_000)
+  base.update(kw)
+  return ja.TrainerConfig(**base)
+
+
+def _trainer(env=CARTPOLE, config=None, agent_config=None, **async_kw):
+  obs_space, action_space = ja.envs.spaces_of(CARTPOLE)
+  factory = functools.partial(ja.DQN, agent_config or ja.DQNConfig(batch_size=32), obs_space,
+                              action_space)
+  base = dict(actor_mode="thread", num_actors=2, envs_per_actor=2, chunk_steps=4,
+              sync_interval=8, queue_size=8)
+  base.update(async_kw)
+  return ja.AsyncTrainer(factory(), factory, env, config or _config(), ja.AsyncConfig(**base),
+                         recorder=ja.MemoryRecorder())
+
+
+def _train_bounded(trainer, limit: float):
+  """Runs ``trainer.train()`` in a thread; fails the test if it has not returned in ``limit`` s."""
+  out = {}
+
+  def target():
+    try:
+      out["summary"] = trainer.train()
+    except BaseException as e:
+      out["error"] = e
+
+  t = threading.Thread(target=target, daemon=True)
+  t0 = time.monotonic()
+  t.start()
+  t.join(limit)
+  assert not t.is_alive(), f"train() still running after {limit} s (hung)"
+  return out, time.monotonic() - t0
+
+
+# --- 1: a dead actor cannot corrupt or starve the others' channel --------------------------
+def test_killing_process_actors_mid_write_keeps_training():
+  """Two process actors pushing ~46 kB chunks (two overfill a 64 KiB pipe buffer, so writes are
+  torn by a kill) into a small blocking queue, killed with SIGKILL 6 times: the learner never
+  blocks on a torn chunk, restarted actors get channels of their own, and env steps and SGD
+  steps keep moving after the last kill (the samples-per-insert limiter makes SGD steps
+  depend on fresh chunks). ca43e14's shared multiprocessing queue hung or stalled here."""
+  trainer = _trainer(actor_mode="process", num_actors=2, envs_per_actor=8, chunk_steps=120,
+                     queue_size=2, max_restarts=100, samples_per_insert=4.0,
+                     config=_config(duration=100, warmup_period=2_000))
+  marks = {}
+
+  def killer():
+    deadline = time.monotonic() + 30
+    while trainer.learner.opt_steps == 0 and time.monotonic() < deadline:
+      time.sleep(0.05)
+    deadline = time.monotonic() + 50  # each restart spawns a process that imports jax
+    rng = np.random.default_rng(0)
+    kills = 0
+    while kills < 6 and time.monotonic() < deadline:
+      time.sleep(rng.uniform(0.3, 1.0))
+      w = trainer.manager._workers[kills % 2]
+      if w is not None and w.is_alive() and trainer.chunks_ingested > marks.get("chunks", 0):
+        os.kill(w.pid, signal.SIGKILL)
+        kills += 1
+        marks["chunks"] = trainer.chunks_ingested
+    marks.update(kills=kills, opt=trainer.learner.opt_steps, env=trainer.env_steps)
+    # Once actors have restarted and trained on, end the run early (bounded test time).
+    deadline = time.monotonic() + 25
+    while time.monotonic() < deadline and (trainer.env_steps < marks["env"] + 5_000
+                                           or trainer.learner.opt_steps < marks["opt"] + 400):
+      time.sleep(0.1)
+    trainer.run_state.request_stop()
+
+  k = threading.Thread(target=killer, daemon=True)
+  k.start()
+  out, wall = _train_bounded(trainer, 140)
+  k.join(5)
+  assert "error" not in out, out.get("error")
+  summary = out["summary"]
+  assert marks["kills"] == 6, "restarted actors did not deliver chunks again"
+  assert summary["actor_restarts"] >= 6
+  assert summary["env_steps"] >= marks["env"] + 5_000, (summary, marks)
+  assert summary["opt_steps"] >= marks["opt"] + 400, (summary, marks)
+  assert wall < 105
+  assert not any(trainer.manager.alive())
+
+
+# --- 2: NaN stops the run, no NaN checkpoint is written --------------------------------------
+def _assert_strict_json(path):
+  import json
+
+  def refuse(name):
+    raise AssertionError(f"{path} holds {name}: not JSON")
+  return json.loads(path.read_text(), parse_constant=refuse)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_nan_stops_the_run_and_writes_no_nan_checkpoint(tmp_path, mode):
+  from faulty_envs import NaNDQN
+  obs_space, action_space = ja.envs.spaces_of(CARTPOLE)
+  factory = functools.partial(NaNDQN, ja.DQNConfig(batch_size=32), obs_space, action_space)
+  # NaN from the 40th update call (SGD step 160); saves every 40 SGD steps before it.
+  config = _config(max_opts=2_000, duration=60, save_interval=40, eval_interval=40,
+                   record_interval=1_000, model_dir=str(tmp_path), eval_episodes=2)
+  if mode == "sync":
+    trainer = ja.Trainer(factory(), CARTPOLE, config)
+  else:
+    trainer = ja.AsyncTrainer(factory(), factory, CARTPOLE, config,
+                              ja.AsyncConfig(actor_mode="thread", envs_per_actor=2, chunk_steps=4))
+  t0 = time.monotonic()
+  with pytest.raises(ja.NonFiniteError, match=r"NaN or infinite .* Lower the learning rate"):
+    trainer.train()
+  assert time.monotonic() - t0 < 60
+  assert trainer.learner.opt_steps <= 400  # stopped at once, not trained to the end
+  assert not (tmp_path / "final").exists()
+  numbered = sorted(int(p.name) for p in tmp_path.iterdir() if p.name.isdigit())
+  assert numbered and max(numbered) < 160 + 40
+  for name in [str(n) for n in numbered] + (["best"] if (tmp_path / "best").exists() else []):
+    state, _ = ja.restore_checkpoint(tmp_path / name, trainer.learner.state)
+    assert ja.faults.all_finite(state), name
+  summary = _assert_strict_json(tmp_path / "summary.json")
+  assert summary["error"].startswith("NonFiniteError")
+  assert summary["interrupted"] is False
+
+
+def test_nan_priorities_stop_a_prioritized_run():
+  obs_space, action_space = ja.envs.spaces_of(CARTPOLE)
+  agent = ja.DQN(ja.DQNConfig(batch_size=32, learning_rate=1e38), obs_space, action_space)
+  replay = ja.PrioritizedReplayBuffer(
+      ja.types.transition_example(obs_space, action_space), 10_000)
+  trainer = ja.Trainer(agent, CARTPOLE, _config(max_opts=500, duration=60), replay=replay)
+  with pytest.raises(ja.NonFiniteError, match="priorities"):
+    trainer.train()
+  assert trainer.learner.opt_steps < 100
+
+
+def test_all_finite():
+  import jax.numpy as jnp
+  assert ja.faults.all_finite({"a": jnp.ones(3), "b": np.zeros(2, np.int32), "k": 1})
+  assert not ja.faults.all_finite({"a": jnp.array([1.0, jnp.nan])})
+  assert not ja.faults.all_finite([np.array([np.inf])])
+
+
+# --- 3: SIGTERM is a stop request; actors never outlive the trainer -------------------------
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _start_dqn(logdir, *flags):
+  import subprocess
+  import sys
+  # Output to a file: orphaned actors holding a stdout pipe would block reading it.
+  proc = subprocess.Popen(
+      [sys.executable, "experiments/dqn.py", "--logdir", str(logdir), "--no-progress",
+       "--max-opts", "1000000", "--eval-interval", "300", *flags],
+      cwd=REPO, stdout=open(logdir.parent / "out.txt", "wb"), stderr=subprocess.STDOUT)
+  proc.output = lambda: (logdir.parent / "out.txt").read_text()[-3000:]
+  deadline = time.monotonic() + 90
+  while time.monotonic() < deadline and not (logdir / "best" / "state.msgpack").exists():
+    if proc.poll() is not None:
+      raise AssertionError(proc.output())
+    time.sleep(0.2)
+  assert (logdir / "best").exists(), "training never reached its first evaluation"
+  return proc
+
+
+def _children(pid: int) -> list[int]:
+  import subprocess
+  out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
+  return [int(x) for x in out.stdout.split()]
+
+
+def _alive(pid: int) -> bool:
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+  except FileNotFoundError:
+    return False
+
+
+def _wait_gone(pids, timeout: float) -> list[int]:
+  deadline = time.monotonic() + timeout
+  while time.monotonic() < deadline and any(_alive(p) for p in pids):
+    time.sleep(0.1)
+  return [p for p in pids if _alive(p)]
+
+
+def test_sigterm_saves_final_and_summary_and_leaves_no_process(tmp_path):
+  logdir = tmp_path / "run"
+  proc = _start_dqn(logdir, "--mode", "async", "--async.num-actors", "2")
+  children = _children(proc.pid)  # actors and the resource tracker
+  assert len(children) >= 2
+  proc.send_signal(signal.SIGTERM)
+  proc.wait(timeout=30)
+  left = _wait_gone(children, 10)
+  for p in left:  # do not leak them into the rest of the test session
+    os.kill(p, signal.SIGKILL)
+  assert proc.returncode == 0, proc.output()
+  assert not left, "processes outlived the run"
+  summary = _assert_strict_json(logdir / "summary.json")
+  assert summary["interrupted"] is True and summary["opt_steps"] > 0
+  assert summary["error"] is None
+  assert (logdir / "final" / "state.msgpack").exists()
+
+
+def test_actors_exit_when_the_trainer_is_killed(tmp_path):
+  logdir = tmp_path / "run"
+  proc = _start_dqn(logdir, "--mode", "async", "--async.num-actors", "2")
+  children = _children(proc.pid)
+  assert len(children) >= 2
+  proc.kill()  # SIGKILL: no cleanup runs in the trainer
+  proc.wait(timeout=30)
+  left = _wait_gone(children, 15)
+  for p in left:  # do not leak them into the rest of the test session
+    os.kill(p, signal.SIGKILL)
+  assert not left, "actor processes (or the resource tracker) outlived a killed trainer"
+
+
+# --- 4: runs that cannot train fail at once; stalls become warnings, then errors -------------
+def test_replay_smaller_than_one_update_call_is_refused():
+  obs_space, action_space = ja.envs.spaces_of(CARTPOLE)
+  agent = ja.DQN(ja.DQNConfig(batch_size=128), obs_space, action_space)
+  config = ja.TrainerConfig(replay_capacity=500, warmup_period=200, updates_per_call=4)
+  with pytest.raises(ja.ConfigError, match=r"replay capacity 500 is below updates_per_call x "
+                     r"batch_size = 4 x 128 = 512.*--replay-capacity"):
+    ja.Trainer(agent, CARTPOLE, config)
+
+
+def _stuck_config(**kw):
+  return _config(duration=60, stall_warning=1.0, stall_timeout=3.0, warmup_period=200, **kw)
+
+
+def test_stuck_env_in_sync_mode_becomes_a_stall_error(tmp_path, caplog):
+  from faulty_envs import HangingEnvFactory
+  obs_space, action_space = ja.envs.spaces_of(CARTPOLE)
+  agent = ja.DQN(ja.DQNConfig(batch_size=32), obs_space, action_space)
+  trainer = ja.Trainer(agent, HangingEnvFactory(steps=20), _stuck_config(model_dir=str(tmp_path)),
+                       eval_env_factory=CARTPOLE)
+  t0 = time.monotonic()
+  with caplog.at_level("WARNING", logger="jaxasync"):
+    with pytest.raises(ja.StallError, match=r"no progress for \d+ s.*stuck in: env.step"):
+      trainer.train()  # the main thread: the watchdog interrupts the stuck env.step
+  assert time.monotonic() - t0 < 20
+  assert any("no progress" in r.message and "env.step" in r.message for r in caplog.records)
+  summary = _assert_strict_json(tmp_path / "summary.json")
+  assert summary["error"].startswith("StallError") and summary["warnings"]
+
+
+def test_stuck_actors_become_a_stall_error_naming_the_stage():
+  from faulty_envs import HangingEnvFactory
+  trainer = _trainer(env=HangingEnvFactory(steps=10), num_actors=1, config=_stuck_config())
+  out, wall = _train_bounded(trainer, 30)
+  assert isinstance(out.get("error"), ja.StallError), out
+  assert "waiting for the actors' chunks" in str(out["error"])
+  assert wall < 20
+
+
+def test_duration_is_honoured_by_a_stuck_sync_run():
+  from faulty_envs import HangingEnvFactory
+  obs_space, action_space = ja.envs.spaces_of(CARTPOLE)
+  agent = ja.DQN(ja.DQNConfig(batch_size=32), obs_space, action_space)
+  # No stall limits: only --duration (plus the watchdog's 10 s grace) ends it.
+  config = _config(duration=2.0, stall_warning=0, stall_timeout=0, warmup_period=200)
+  trainer = ja.Trainer(agent, HangingEnvFactory(steps=20), config, eval_env_factory=CARTPOLE)
+  t0 = time.monotonic()
+  with pytest.raises(ja.StallError, match="--duration 2 s passed"):
+    trainer.train()
+  assert time.monotonic() - t0 < 20
+
+
+# --- 5: run directories are never mixed; summaries are strict JSON -------------------------
+def _dqn_cli(*flags, timeout=120):
+  import subprocess
+  import sys
+  return subprocess.run([sys.executable, "experiments/dqn.py", "--no-progress", *flags],
+                        cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+def test_logdir_of_another_run_is_refused_unless_overwrite(tmp_path):
+  logdir = tmp_path / "run"
+  flags = ["--mode", "sync", "--logdir", str(logdir), "--max-opts", "100", "--warmup-period",
+           "200", "--eval-interval", "0", "--save-interval", "20", "--keep-checkpoints", "2"]
+  first = _dqn_cli(*flags)
+  assert first.returncode == 0, first.stderr[-2000:]
+  assert "best model: none (no evaluation ran)" in first.stdout  # no path that does not exist
+  numbered = sorted(p.name for p in logdir.iterdir() if p.name.isdigit())
+  assert numbered == ["100", "80"]  # retention: the newest 2
+  again = _dqn_cli(*flags)
+  assert again.returncode == 2
+  assert again.stderr.strip().splitlines()[-1].startswith(
+      f"error: --logdir {logdir} already holds a run"), again.stderr[-2000:]
+  assert "Traceback" not in again.stderr
+  events = sorted(p.name for p in logdir.iterdir() if p.name.startswith("events"))
+  assert len(events) == 1  # nothing of the refused run was written
+  third = _dqn_cli(*flags, "--overwrite")
+  assert third.returncode == 0, third.stderr[-2000:]
+  events_now = sorted(p.name for p in logdir.iterdir() if p.name.startswith("events"))
+  assert len(events_now) == 1 and events_now != events
+
+
+def test_library_refuses_a_model_dir_with_a_run_and_overwrite_clears_it(tmp_path):
+  (tmp_path / "300").mkdir()
+  (tmp_path / "summary.json").write_text("{}")
+  obs_space, action_space = ja.envs.spaces_of(CARTPOLE)
+  agent = ja.DQN(ja.DQNConfig(batch_size=32), obs_space, action_space)
+  with pytest.raises(ja.ConfigError, match="already holds a run .*--overwrite"):
+    ja.Trainer(agent, CARTPOLE, _config(model_dir=str(tmp_path)))
+  ja.Trainer(agent, CARTPOLE, _config(model_dir=str(tmp_path), overwrite=True))
+  assert not (tmp_path / "300").exists() and not (tmp_path / "summary.json").exists()
+
+
+def test_bad_logdirs_are_config_errors(tmp_path):
+  f = tmp_path / "file"
+  f.write_text("x")
+  with pytest.raises(ja.ConfigError, match="is a file"):
+    ja.claim_run_dir(f)
+  with pytest.raises(ja.ConfigError, match="cannot be written"):
+    ja.claim_run_dir("/proc/jaxasync-run")  # read-only even for root
+
+
+def test_stale_temp_files_of_a_killed_save_are_removed(tmp_path):
+  (tmp_path / "ckpt").mkdir()
+  stale = tmp_path / "ckpt" / ".state.msgpack.abc123.tmp"
+  stale.write_bytes(b"half a checkpoint")
+  ja.save_checkpoint(tmp_path / "ckpt", {"w": np.ones(3)})
+  assert not stale.exists()
+  assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["meta.json", "state.msgpack"]
+
+
+# --- 7: per-chunk bookkeeping is bounded ------------------------------------------------------
+def test_chunk_bookkeeping_is_bounded_and_checks_order():
+  trainer = _trainer(num_actors=1, config=_config(max_opts=100))
+  example = ja.types.transition_example(*ja.envs.spaces_of(CARTPOLE))
+  T = ja.Transition(*(np.repeat(np.asarray(x)[None], 4, 0) for x in example))
+  add = lambda version, seq, returns=(): trainer._add_chunk(
+      ja.Chunk(0, version, T, 4, returns, seq))
+  trainer.learner.opt_steps = 10
+  for seq in range(2_000):  # ca43e14 kept one list entry per chunk forever
+    add(seq // 100, seq, (1.0,))
+  assert trainer.order_errors == 0 and trainer.last_chunk == {0: (19, 1999)}
+  assert trainer._lags == [-9, 10, sum(10 - s // 100 for s in range(2_000)), 2_000]
+  assert trainer._returns == [2_000.0, 2_000]
+  add(19, 2_001)  # a lost chunk
+  add(18, 2_002)  # a version going back
+  add(19, 0)  # a restart starts again from 0
+  assert trainer.order_errors == 2
+  trainer.transport.close()
+
+
+# --- 6: bad input is one clear ConfigError, before anything runs ----------------------------
+def _dqn_module():
+  import importlib.util
+  import sys
+  name = "jaxasync_experiments_dqn"
+  if name not in sys.modules:
+    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "experiments", "dqn.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+  return sys.modules[name]
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--agent.learning-rate", "-1e-3"], "learning_rate must be a finite number > 0, got -0.001"),
+    (["--agent.learning-rate", "nan"], "learning_rate must be a finite number > 0, got nan"),
+    (["--eval-episodes", "0"], "--eval-episodes 1 or more"),
+    (["--eval-interval", "-5"], "eval_interval must be >= 0 SGD steps"),
+    (["--agent.torso", "nature_cnn"], r"torso 'nature_cnn' needs image observations"),
+    (["--eval-env-id", "Acrobot-v1"], r"evaluation env \(Acrobot-v1\) has observations \(6,\)"),
+    (["--replay-capacity", "500", "--warmup-period", "200"], "replay capacity 500 is below"),
+])
+def test_bad_input_is_a_config_error_at_start(tmp_path, flags, message):
+  import tyro
+  dqn = _dqn_module()
+  args = tyro.cli(dqn.Args, args=["--mode", "sync", "--no-progress", "--logdir",
+                                  str(tmp_path / "run"), *flags])
+  t0 = time.monotonic()
+  with pytest.raises(ja.ConfigError, match=message):
+    dqn.main(args)
+  assert time.monotonic() - t0 < 30  # at start, not at the first evaluation
