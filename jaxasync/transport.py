@@ -30,7 +30,7 @@ import time
 from typing import Any, NamedTuple
 
 _HEADER = 8  # bytes of a frame's length prefix (little-endian unsigned)
-_READ_SIZE = 1 << 20
+_READ_SIZE = 1 << 16  # >= any pipe buffer in use; a larger read only allocates a larger buffer
 
 
 class Chunk(NamedTuple):
