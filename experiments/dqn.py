@@ -24,12 +24,8 @@ from jaxasync.minatar import is_minatar_id
 
 
 def default_mode() -> str:
-  """The arrangement measured fastest to a solved CartPole (README, 'Choosing a mode').
-
-  With >= 2 cores an actor process runs beside the learner: async solved CartPole in
-  9.2-10.8 s against 2.7-16.0 s for sync on 2 CPU cores, and in 20 s against 53 s on an
-  H100. With one core there is nothing to overlap, so sync.
-  """
+  """Async with an actor process beside the learner when there are >= 2 cores, else sync:
+  with one core there is nothing to overlap. (README, 'Choosing a mode', has the figures.)"""
   return "async" if (os.cpu_count() or 1) >= 2 else "sync"
 
 

@@ -355,7 +355,7 @@ def test_discrete_observation_space_is_rejected():
     (dict(target_update_period=0), "target_update_period must be >= 1"),
     (dict(num_atoms=5, v_min=1.0, v_max=1.0), "v_min < v_max"),
     (dict(eps_end=1.5), "eps_start and eps_end must be in"),
-    (dict(learning_rate=-1e-3), "need a positive learning_rate"),
+    (dict(learning_rate=-1e-3), "learning_rate must be a finite number > 0"),
     (dict(learning_rate_end=-1.0, learning_rate_decay_steps=10), "learning_rate_end >= 0"),
 ])
 def test_bad_config_is_rejected(config, message):

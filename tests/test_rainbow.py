@@ -307,10 +307,12 @@ def test_rainbow_atari_preset():
 
 @pytest.mark.slow
 def test_rainbow_cartpole_learns(tmp_path):
-  """The CartPole preset (all six components) reaches an evaluation of 475 (within ~60 s)."""
+  """The CartPole preset (all six components) reaches an evaluation of 475 within 30k env
+  steps (~60 s on 2 quiet cores; bounded by env steps, not seconds, so a loaded machine makes
+  it slower, not flaky)."""
   rb = rainbow_module()
   args = rb.parse(["--mode", "sync", "--target-eval-reward", "475", "--no-progress",
-                   "--save-interval", "0", "--max-env-steps", "30000", "--duration", "60",
+                   "--save-interval", "0", "--max-env-steps", "30000", "--duration", "600",
                    "--logdir", str(tmp_path)])
   summary = rb.main(args)
   assert summary["solved_at"] is not None, summary["evals"]

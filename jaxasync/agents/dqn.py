@@ -108,16 +108,15 @@ class DQNConfig:
           "num_atoms >= 1 and v_min < v_max.")
     if not (0.0 <= self.eps_end <= 1.0 and 0.0 <= self.eps_start <= 1.0):
       raise ConfigError("eps_start and eps_end must be in [0, 1].")
-    if not (self.learning_rate > 0 and self.learning_rate_end >= 0
-            and self.learning_rate_decay_steps >= 0):
-      raise ConfigError(
-          f"learning_rate={self.learning_rate}, learning_rate_end={self.learning_rate_end}, "
-          f"learning_rate_decay_steps={self.learning_rate_decay_steps}: need a positive "
-          "learning_rate, learning_rate_end >= 0 and learning_rate_decay_steps >= 0.")
-    if self.noisy and not self.noisy_sigma0 >= 0.0:
-      raise ConfigError(f"noisy_sigma0 must be >= 0, got {self.noisy_sigma0}.")
     if not 0.0 < self.learning_rate < float("inf"):  # (also refuses NaN)
       raise ConfigError(f"learning_rate must be a finite number > 0, got {self.learning_rate}.")
+    if not (self.learning_rate_end >= 0 and self.learning_rate_decay_steps >= 0):
+      raise ConfigError(
+          f"learning_rate_end={self.learning_rate_end}, learning_rate_decay_steps="
+          f"{self.learning_rate_decay_steps}: need learning_rate_end >= 0 and "
+          "learning_rate_decay_steps >= 0 (0: a constant learning rate).")
+    if self.noisy and not self.noisy_sigma0 >= 0.0:
+      raise ConfigError(f"noisy_sigma0 must be >= 0, got {self.noisy_sigma0}.")
 
 
 @flax.struct.dataclass
