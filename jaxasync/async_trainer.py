@@ -7,7 +7,7 @@ import functools
 import os
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import jax
 import numpy as np
@@ -64,7 +64,7 @@ class AsyncConfig:
   """
 
   num_actors: int = 1
-  actor_mode: str = "process"
+  actor_mode: Literal["thread", "process"] = "process"
   envs_per_actor: int = 8
   chunk_steps: int = 8
   queue_size: int = 4
@@ -73,7 +73,7 @@ class AsyncConfig:
   samples_per_insert: float | None = None
   samples_per_insert_tolerance: float = 0.0
   max_train_frequency: float | None = None
-  exploration: str = "schedule"
+  exploration: Literal["schedule", "apex"] = "schedule"
   apex_epsilon: float = 0.4
   apex_alpha: float = 7.0
   max_restarts: int = 3
@@ -82,7 +82,7 @@ class AsyncConfig:
   inference_servers: int = 0
   inference_batchsize: int = 4
   inference_delay: float = 0.002
-  inference_device: str = "default"
+  inference_device: Literal["default", "cpu"] = "default"
 
   def validate(self) -> None:
     if self.actor_mode not in ("thread", "process"):

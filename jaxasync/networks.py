@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Literal, Sequence, get_args
 
 import flax.linen as nn
 import jax
@@ -113,7 +113,8 @@ class MinAtarCNN(nn.Module):
     return nn.relu(nn.Dense(self.hidden)(x))
 
 
-TORSOS = ("mlp", "nature_cnn", "minatar_cnn")
+Torso = Literal["mlp", "nature_cnn", "minatar_cnn"]
+TORSOS: tuple[str, ...] = get_args(Torso)  # the torsos QNetwork builds
 
 
 def check_torso(torso: str, obs_shape: Sequence[int], env_id: str = "the env") -> None:

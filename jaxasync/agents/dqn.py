@@ -19,7 +19,7 @@ into independent keys for online(obs), online(next_obs) and target(next_obs), an
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
 import chex
 import flax
@@ -31,7 +31,7 @@ import optax
 import rlax
 
 from jaxasync.envs import ConfigError, check_discrete_q_spaces
-from jaxasync.networks import TORSOS, QNetwork, check_torso, default_torso
+from jaxasync.networks import TORSOS, QNetwork, Torso, check_torso, default_torso
 from jaxasync.types import Transition
 
 PyTree = Any
@@ -69,7 +69,7 @@ class DQNConfig:
     noisy_sigma0: initial noise scale ``sigma0`` of the noisy layers (0.5 in Rainbow).
   """
 
-  torso: str = "auto"
+  torso: Literal["auto", Torso] = "auto"  # Literal flattens: auto, mlp, nature_cnn, minatar_cnn
   hidden_sizes: Sequence[int] = (128, 128)
   learning_rate: float = 1e-3
   learning_rate_end: float = 0.0
