@@ -42,31 +42,33 @@ class DQNConfig:
   """Hyperparameters of the DQN learner and its epsilon-greedy policy.
 
   Attributes:
-    torso: ``"auto"`` (``networks.default_torso``: Nature CNN for Atari frame stacks,
-      MinAtar CNN for small grids, MLP for vectors), or ``"mlp"``, ``"nature_cnn"``,
-      ``"minatar_cnn"``.
-    hidden_sizes: MLP torso sizes (vector observations); the MinAtar CNN's dense width is
+    torso: network body; 'auto' picks by observation (networks.default_torso): Nature CNN
+      for Atari frame stacks, MinAtar CNN for small grids, MLP for vectors.
+    hidden_sizes: MLP layer widths (vector observations); the MinAtar CNN's dense width is
       the last one.
     learning_rate: Adam step size (the initial one when annealed).
-    learning_rate_end: the step size reached after ``learning_rate_decay_steps``.
-    learning_rate_decay_steps: anneal the step size linearly from ``learning_rate`` to
-      ``learning_rate_end`` over this many SGD steps, then hold it; ``0``: constant.
+    learning_rate_end: step size reached after learning_rate_decay_steps.
+    learning_rate_decay_steps: SGD steps over which the step size anneals linearly from
+      learning_rate to learning_rate_end, then holds; 0: constant.
     adam_eps: Adam epsilon.
-    max_grad_norm: global-norm gradient clipping.
+    max_grad_norm: global-norm gradient clipping threshold.
     batch_size: transitions per SGD step.
-    double_q: select the bootstrap action with the online network.
+    double_q: double Q-learning (the online network selects the bootstrap action).
     huber_delta: Huber loss threshold (expected-Q loss only).
-    target_update_period: hard copy every this many SGD steps (used when ``tau == 1``).
-    tau: Polyak factor per SGD step (the target moves ``tau`` of the way to the online
-      params after every step; 0.005 averages over ~200 steps); ``1.0`` means periodic
-      hard copies every ``target_update_period`` steps instead.
-    dueling: dueling head.
-    num_atoms: ``1`` for expected Q; ``> 1`` for C51 over ``[v_min, v_max]``.
-    v_min, v_max: C51 support.
-    eps_start, eps_end, eps_decay_steps: linear epsilon schedule over env steps.
+    target_update_period: SGD steps between hard target copies (used when tau is 1).
+    tau: Polyak factor: the target moves this fraction of the way to the online params per
+      SGD step (0.005: a ~200-step average); 1: hard copies every target_update_period.
+    dueling: dueling head (separate value and advantage streams).
+    num_atoms: 1: expected Q; more: C51 distributional head over [v_min, v_max].
+    v_min: lowest return on the C51 support (used when num_atoms > 1).
+    v_max: highest return on the C51 support (used when num_atoms > 1).
+    eps_start: epsilon-greedy exploration at env step 0.
+    eps_end: epsilon-greedy exploration after eps_decay_steps.
+    eps_decay_steps: env steps (all envs together) over which epsilon falls linearly from
+      eps_start to eps_end.
     noisy: NoisyNet head(s) (factorized Gaussian) instead of epsilon-greedy exploration;
-      ``epsilon()`` is then 0.
-    noisy_sigma0: initial noise scale ``sigma0`` of the noisy layers (0.5 in Rainbow).
+      epsilon() is then 0.
+    noisy_sigma0: initial noise scale sigma0 of the noisy layers (0.5 in Rainbow).
   """
 
   torso: Literal["auto", Torso] = "auto"  # Literal flattens: auto, mlp, nature_cnn, minatar_cnn
