@@ -31,42 +31,45 @@ class AsyncConfig:
   """How actors and learner run side by side.
 
   Attributes:
-    num_actors: actors (threads or processes).
-    actor_mode: ``"process"`` (spawn; no GIL sharing with the learner) or ``"thread"``.
+    num_actors: actor threads or processes.
+    actor_mode: 'process' (spawned; no GIL shared with the learner) or 'thread'.
     envs_per_actor: sub-envs of each actor's vector env.
-    chunk_steps: vector steps per pushed chunk.
-    queue_size: chunks the actor->learner queue holds (bounded). Keep it small: when the
-      samples-per-insert limiter holds actors back, the queue stays full and every chunk
-      waits behind the others, so its data is about ``queue_size * chunk_steps *
-      envs_per_actor * samples_per_insert / batch_size`` SGD steps old when it is learnt
-      from (64 chunks made CartPole's data ~1,000 SGD steps stale, and its policy
-      oscillate; 4 chunks: ~100).
+    chunk_steps: vector steps per chunk an actor pushes (one transition per sub-env each).
+    queue_size: chunks the actor->learner queue holds (bounded). Keep it small: chunks wait
+      in a full queue and go stale (CartPole's data: ~100 SGD steps old with 4, ~1,000 with 64).
     drop_when_full: drop the oldest chunk (counted) instead of blocking actors.
-    sync_interval: publish params every this many optimization steps.
-    samples_per_insert: target replay ratio (sampled items per inserted item);
-      ``None`` disables the limiter. The learner waits when it would exceed it and
-      stops ingesting (so the bounded queue blocks actors) when actors run ahead.
-    samples_per_insert_tolerance: allowed deviation, in sampled items; raised
-      automatically to at least one update call plus one chunk so it cannot deadlock.
-    max_train_frequency: cap on optimization steps per second (SEED); ``None``: off.
-    exploration: ``"schedule"`` (the agent's epsilon schedule) or ``"apex"`` (a fixed
-      Ape-X ladder over all sub-envs of all actors).
-    apex_epsilon, apex_alpha: the ladder ``eps_i = eps^(1 + alpha i / (N - 1))``.
-    max_restarts: restarts allowed per actor.
-    pin_cpus: pin the learner to core 0 and actor ``i`` to core ``1 + i mod (cores - 1)``.
-    serialize_env_init: build actors' envs one at a time (border's ``guard_init_env``).
-    inference_servers: ``0``: each actor runs its policy copy on its CPU. ``>= 1``: SEED-style
-      central inference, that many ``InferenceServer`` threads in the learner's process batch
-      the actors' observations (see ``jaxasync.inference``).
-    inference_batchsize: actors' requests per inference batch at most.
+    sync_interval: SGD steps between publications of the params to the actors.
+    samples_per_insert: replay ratio, transitions sampled per transition inserted; None: no
+      limiter. The learner waits when it would exceed it, and stops ingesting (so the bounded
+      queue blocks actors) when actors run ahead.
+    samples_per_insert_tolerance: allowed deviation from the ratio, in sampled transitions;
+      raised automatically to at least one update call plus one chunk so it cannot deadlock.
+    max_train_frequency: cap on SGD steps per second (SEED's); None: no cap.
+    exploration: 'schedule' (the agent's epsilon schedule) or 'apex' (a fixed Ape-X epsilon
+      ladder over all sub-envs of all actors).
+    apex_epsilon: Ape-X ladder base: sub-env i of N explores with epsilon
+      apex_epsilon^(1 + apex_alpha * i / (N - 1)).
+    apex_alpha: Ape-X ladder exponent (see apex_epsilon).
+    max_restarts: restarts allowed per actor; one more failure ends the run (ActorFailed).
+    pin_cpus: pin the learner to core 0 and actor i to core 1 + i mod (cores - 1).
+    serialize_env_init: build the actors' envs one at a time (border's guard_init_env).
+    inference_servers: 0: each actor runs its own policy copy on its CPU; n >= 1: SEED-style
+      central inference, n InferenceServer threads in the learner's process batch the
+      actors' observations (see jaxasync.inference).
+    inference_batchsize: actor requests per inference batch, at most.
     inference_delay: seconds a server waits for more requests after the first.
-    inference_device: ``"default"`` (the accelerator when there is one) or ``"cpu"``.
+    inference_device: where the inference servers run: 'default' (the accelerator when there
+      is one) or 'cpu'.
   """
 
   num_actors: int = 1
   actor_mode: Literal["thread", "process"] = "process"
   envs_per_actor: int = 8
   chunk_steps: int = 8
+  # When the samples-per-insert limiter holds actors back, the queue stays full and every
+  # chunk waits behind the others, so its data is about queue_size * chunk_steps *
+  # envs_per_actor * samples_per_insert / batch_size SGD steps old when it is learnt from
+  # (64 chunks made CartPole's data ~1,000 SGD steps stale, and its policy oscillate).
   queue_size: int = 4
   drop_when_full: bool = False
   sync_interval: int = 50
