@@ -28,36 +28,39 @@ from jaxasync.types import transition_example
 class TrainerConfig:
   """The training loop's settings (border-core's ``TrainerConfig`` plus replay and n-step).
 
-  Intervals ``eval/record/save`` count optimization steps, as in border.
+  Intervals count optimization (SGD) steps, as in border.
 
   Attributes:
-    max_opts: stop after this many optimization steps.
-    max_env_steps: stop after this many env steps (``None``: no limit).
-    duration: stop after this many wall seconds (``None``: no limit).
-    target_eval_reward: stop once an evaluation reaches it (``None``: never).
-    warmup_period: env steps collected before the first optimization step.
-    opt_interval: env steps per optimization step (``1/opt_interval`` updates per env step).
+    max_opts: stop after this many SGD steps.
+    max_env_steps: stop after this many env steps (all sub-envs together); None: no limit.
+    duration: stop after this many wall-clock seconds; None: no limit.
+    target_eval_reward: stop once an evaluation's mean return reaches it; None: never.
+    warmup_period: env steps collected before the first SGD step.
+    opt_interval: sync only: env steps per SGD step (1/opt_interval SGD steps per env step).
     updates_per_call: SGD steps per jitted update call.
-    eval_interval, record_interval, save_interval: in optimization steps; ``0`` disables.
-    eval_episodes: episodes per evaluation.
-    eval_epsilon: exploration during evaluation.
-    num_envs: sub-envs of the training vector env.
-    n_step, gamma: the StepProcessor's n-step returns.
-    reward_clip: ``c > 0`` clips each env reward to ``[-c, c]`` before the n-step sum
-      (Atari); episode returns and evaluations stay the game's score. ``0``: none.
-    replay_capacity: transitions kept.
+    eval_interval: SGD steps between evaluations (the final params are evaluated too); 0: none.
+    record_interval: SGD steps between recorded metrics; 0: none.
+    save_interval: SGD steps between numbered checkpoints; 0: none.
+    eval_episodes: episodes per evaluation (their mean return is the evaluation's).
+    eval_epsilon: epsilon-greedy exploration during evaluation (0: greedy).
+    num_envs: sub-envs of the (sync) training vector env.
+    n_step: n-step returns (the StepProcessor's).
+    gamma: discount per env step.
+    reward_clip: clip each env reward to [-c, c] before the n-step sum (Atari: 1); episode
+      returns and evaluations stay the game's score. 0: none.
+    replay_capacity: transitions the replay holds (the oldest go first).
     seed: seeds envs, network init, exploration and replay sampling.
-    model_dir: where checkpoints go (``<model_dir>/best``, ``<model_dir>/<opt_steps>``,
-      ``<model_dir>/final``); ``None`` saves nothing.
+    model_dir: where checkpoints go (<model_dir>/best, <model_dir>/<opt_steps>,
+      <model_dir>/final); None saves nothing.
     progress: show a tqdm progress bar.
-    overwrite: start in a ``model_dir`` that holds another run's checkpoints or summary by
-      deleting them (otherwise ``ConfigError``).
-    keep_checkpoints: numbered checkpoints kept (the newest; ``best`` and ``final`` always
-      stay); ``0`` keeps all.
+    overwrite: start in a model_dir that holds another run's checkpoints or summary by
+      deleting them (otherwise ConfigError).
+    keep_checkpoints: numbered checkpoints kept (the newest; best and final always stay);
+      0 keeps all.
     stall_warning: seconds without progress (no env step, SGD step or evaluation step) after
-      which a warning names the stage the run is stuck in; ``None`` or ``0``: never.
-    stall_timeout: seconds without progress after which the run stops with ``StallError``
-      (also raised when the run is still stuck 10 s past ``duration``); ``None`` or ``0``: never.
+      which a warning names the stage the run is stuck in; None or 0: never.
+    stall_timeout: seconds without progress after which the run stops with StallError (also
+      raised when the run is still stuck 10 s past duration); None or 0: never.
   """
 
   max_opts: int = 50_000
