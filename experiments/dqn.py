@@ -31,37 +31,51 @@ def default_mode() -> str:
 
 @dataclasses.dataclass
 class Args:
+  # Each field's docstring is its --help text: one line each (tyro keeps the line breaks of a
+  # field docstring), the longer story in a comment above the field.
+
+  # A MinAtar id needs pip install 'jaxasync[minatar]' (the error says so).
   env_id: str = "CartPole-v1"
-  """gymnasium id, 'module:EnvName-v0' to import the module that registers it, or a MinAtar
-  id ('MinAtar/Breakout-v1'; pip install 'jaxasync[minatar]')."""
+  """gymnasium id, 'module:EnvName-v0' (imports module), or MinAtar id ('MinAtar/Breakout-v1')."""
   eval_env_id: str | None = None
-  """evaluation env id (defaults to --env-id)."""
+  """env id to evaluate on; None: --env-id."""
   mode: Literal["auto", "sync", "async"] = "auto"
   """'auto': async with a process actor on >= 2 cores, sync on one core."""
   seed: int = 0
+  """seeds envs, network init, exploration and replay sampling."""
   num_envs: int = 4
-  """sub-envs of the (sync) training env; async uses --async.envs-per-actor."""
+  """sub-envs of the sync training env (async: --async.envs-per-actor)."""
   gamma: float = 0.99
+  """discount factor per env step."""
   n_step: int = 3
   """n-step returns (3: failures reach the Q-values three times sooner than with 1)."""
+  # Clipped for learning only: episode returns and evaluations stay the game's score.
   reward_clip: float = 0.0
-  """clip each env reward to [-c, c] before the n-step sum (Atari: 1); 0: none. Episode
-  returns and evaluations stay the game's score."""
+  """clip each env reward to [-c, c] before the n-step sum (Atari: 1); 0: none."""
   max_opts: int = 50_000
+  """stop after this many SGD steps."""
   max_env_steps: int | None = None
+  """stop after this many env steps (all sub-envs together); None: no limit."""
   duration: float | None = None
-  """wall-clock limit in seconds."""
+  """stop after this many wall-clock seconds; None: no limit."""
   target_eval_reward: float | None = None
-  """stop once an evaluation reaches this return."""
+  """stop once an evaluation's mean return reaches this; None: never."""
   warmup_period: int = 1_000
+  """env steps collected before the first SGD step."""
   opt_interval: float = 1.0
-  """sync: env steps per optimization step."""
+  """sync only: env steps per SGD step (async: --async.samples-per-insert sets the ratio)."""
   updates_per_call: int = 4
+  """SGD steps per jitted update call (one dispatch to the device)."""
   replay_capacity: int = 100_000
+  """transitions the replay holds (the oldest go first)."""
   eval_interval: int = 1_000
+  """SGD steps between evaluations (the final params are evaluated too); 0: none."""
   eval_episodes: int = 10
+  """episodes per evaluation (its return is their mean)."""
   record_interval: int = 500
+  """SGD steps between logged metrics (TensorBoard, and console with --no-progress); 0: none."""
   save_interval: int = 10_000
+  """SGD steps between numbered checkpoints; 0: none (best/ and final/ are still saved)."""
   logdir: str = "runs/dqn"
   """where TensorBoard logs, checkpoints and summary.json go; refused if it holds another run."""
   overwrite: bool = False
@@ -69,11 +83,11 @@ class Args:
   keep_checkpoints: int = 5
   """numbered checkpoints kept, the newest (best/ and final/ always stay); 0 keeps all."""
   progress: bool = True
+  """show a progress bar (--no-progress: print metrics lines instead)."""
+  # Annealed, the final params settle instead of being shaken by full-size Adam steps to the
+  # end (scripts/bench_learning.py measures the difference).
   anneal_lr: bool = True
-  """anneal the learning rate linearly to --agent.learning-rate-end over --max-opts (unless
-  --agent.learning-rate-decay-steps is given): the final params settle instead of being
-  shaken by full-size Adam steps to the end (scripts/bench_learning.py measures the
-  difference)."""
+  """anneal the LR to --agent.learning-rate-end over --max-opts if no LR decay steps are set."""
   agent: ja.DQNConfig = dataclasses.field(default_factory=ja.DQNConfig)
   async_: Annotated[ja.AsyncConfig, tyro.conf.arg(name="async")] = dataclasses.field(
       # Measured defaults: one process actor with 4 envs, and a replay ratio of 64 sampled
