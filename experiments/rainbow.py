@@ -58,12 +58,11 @@ class Args(dqn_experiment.Args):
   """experiments/dqn.py's flags, with the agent's flags unprefixed and the replay's priorities."""
 
   anneal_lr: bool = False
-  """anneal the learning rate to --learning-rate-end over --max-opts (off: the presets keep
-  their published constant step sizes)."""
+  """anneal the LR to --learning-rate-end over --max-opts (off: the presets' constant LRs)."""
+  # 'cartpole': a CPU-sized Rainbow that solves CartPole-v1; 'minatar': Revisiting Rainbow's
+  # MinAtar settings, CPU-sized; 'atari': Dopamine-style Rainbow settings.
   preset: Preset = "cartpole"
-  """'cartpole' (a CPU-sized Rainbow that solves CartPole-v1), 'minatar' (Revisiting
-  Rainbow's MinAtar settings, CPU-sized) or 'atari' (Dopamine-style Rainbow settings). Sets
-  the defaults of every other flag."""
+  """sets every other flag's default: CartPole; Revisiting Rainbow's MinAtar; Dopamine's Atari."""
   prioritized: bool = True
   """proportional prioritized replay (--no-prioritized: uniform replay)."""
   priority_alpha: float = 0.5
@@ -71,21 +70,19 @@ class Args(dqn_experiment.Args):
   priority_beta: float = 0.4
   """initial importance-sampling exponent beta, annealed to 1 over --max-opts."""
   logdir: str = "runs/rainbow"
+  # 'gymnasium': AtariPreprocessing + FrameStackObservation in a SyncVectorEnv; 'ale_vector':
+  # ale-py's native threaded vector env; 'envpool': envpool's threaded AtariEnvPool (pip
+  # install 'jaxasync[envpool]'). Their small differences are tabulated in jaxasync/atari.py.
   atari_backend: Literal["gymnasium", "ale_vector", "envpool"] = "gymnasium"
-  """Atari ids only: 'gymnasium' (AtariPreprocessing + FrameStackObservation in a
-  SyncVectorEnv), 'ale_vector' (ale-py's native threaded vector env; no --episodic-life) or
-  'envpool' (envpool's threaded AtariEnvPool; pip install 'jaxasync[envpool]'). Their small
-  differences are tabulated in jaxasync/atari.py."""
+  """Atari ids only: gymnasium wrappers, ale-py's vector env (no --episodic-life) or envpool."""
+  # Evaluation plays full games either way.
   episodic_life: bool = False
-  """Atari ids only: training episodes end at each life loss, so the training returns logged
-  are per life; evaluation plays full games."""
+  """Atari ids only: a life loss ends the training episode (logged returns are per life)."""
   sticky_actions: bool = True
-  """Atari and MinAtar ids: repeat the previous action with probability 0.25 (Atari's -v5
-  default) or 0.1 (MinAtar's); --no-sticky-actions: never."""
+  """Atari/MinAtar: repeat the last action w.p. 0.25 (Atari -v5) or 0.1 (MinAtar); off: never."""
   agent: Annotated[ja.DQNConfig, tyro.conf.OmitArgPrefixes] = dataclasses.field(
       default_factory=ja.DQNConfig)
-  """the agent: --noisy/--no-noisy, --dueling/--no-dueling, --num-atoms (1: expected Q),
-  --double-q/--no-double-q, --v-min/--v-max, --learning-rate, ..."""
+  """the agent (DQNConfig): experiments/dqn.py's --agent.* flags, without the prefix."""
 
 
 def cartpole_preset() -> Args:
