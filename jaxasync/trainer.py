@@ -50,13 +50,13 @@ class TrainerConfig:
       returns and evaluations stay the game's score. 0: none.
     replay_capacity: transitions the replay holds (the oldest go first).
     seed: seeds envs, network init, exploration and replay sampling.
-    model_dir: where checkpoints go (<model_dir>/best, <model_dir>/<opt_steps>,
-      <model_dir>/final); None saves nothing.
+    model_dir: where checkpoints go (subdirectories best, final and one per saved SGD step
+      count); None saves nothing.
     progress: show a tqdm progress bar.
     overwrite: start in a model_dir that holds another run's checkpoints or summary by
       deleting them (otherwise ConfigError).
-    keep_checkpoints: numbered checkpoints kept (the newest; best and final always stay);
-      0 keeps all.
+    keep_checkpoints: numbered checkpoints kept, the newest (best and final always stay); 0
+      keeps all.
     stall_warning: seconds without progress (no env step, SGD step or evaluation step) after
       which a warning names the stage the run is stuck in; None or 0: never.
     stall_timeout: seconds without progress after which the run stops with StallError (also
