@@ -1,0 +1,118 @@
+"""The experiments' --help: every flag is described, no rST markup leaks, choices are listed.
+
+tyro draws the help as boxes of options, several side by side on a wide terminal:
+
+  ╭─ options ───────────╮╭─ agent options ─────╮
+  │ --seed INT          ││ --agent.torso {a,b} │
+  │       seeds envs... ││       network body; │
+  ╰─────────────────────╯╰─────────────────────╯
+
+(or, with room, flag and description on one line in two columns). The parser below cuts each
+line into the cells between box borders, follows each column of boxes down the page, and
+reads options from each box's cells.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = ("experiments/dqn.py", "experiments/rainbow.py")
+CELL = re.compile(r"│([^│]*)│")  # one box's row: the text between its left and right borders
+OPTION = re.compile(r"^ (-[-\w.]+)")  # an option's first row: one space of padding, then the flag
+
+
+@pytest.fixture(scope="module")
+def helps() -> dict[str, str]:
+  """Each script's --help output; both run at once (each takes ~2 s, mostly imports)."""
+  env = {**os.environ, "COLUMNS": "200"}
+  procs = {s: subprocess.Popen([sys.executable, s, "--help"], cwd=REPO, env=env, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+           for s in SCRIPTS}
+  out = {}
+  for script, proc in procs.items():
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, f"{script} --help failed:\n{stderr[-3000:]}"
+    out[script] = re.sub(r"\x1b\[[0-9;]*m", "", stdout)  # colours, should a terminal be faked
+  return out
+
+
+def parse_options(text: str) -> dict[str, tuple[str, str]]:
+  """``{first flag: (flags and metavar, description)}`` of every option in tyro's help."""
+  columns: dict[int, list[tuple[int, str]]] = {}  # a column's left edge -> its (line, cell)s
+  for i, line in enumerate(text.splitlines()):
+    for m in CELL.finditer(line):
+      columns.setdefault(m.start(), []).append((i, m.group(1)))
+  boxes: list[list[str]] = []  # a box's rows: consecutive lines of one column
+  for cells in columns.values():
+    for k, (i, cell) in enumerate(cells):
+      if k == 0 or i != cells[k - 1][0] + 1:  # a border line came between: a new box
+        boxes.append([])
+      boxes[-1].append(cell)
+  options: dict[str, list[str]] = {}
+  for rows in boxes:
+    is_rule = [set(row.strip()) == {"─"} for row in rows]
+    if any(is_rule):  # a group's description comes first, above a rule: no option's text
+      rows = rows[is_rule.index(True) + 1:]
+    current = None
+    for row in rows:
+      m = OPTION.match(row)
+      if m and current is not None and options[current][0].endswith(","):
+        options[current][0] += " " + row.strip()  # --flag, --no-flag wrapped on a narrow screen
+      elif m:
+        head, _, description = row.strip().partition("  ")  # flags/metavar, 2+ spaces, text
+        current = m.group(1)
+        assert current not in options, f"option {current} listed twice"
+        options[current] = [head.strip(), description.strip()]
+      elif current is not None and row.strip():
+        options[current][1] += " " + row.strip()
+  return {flag: (head, description.strip()) for flag, (head, description) in options.items()}
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_option_is_described(helps, script):
+  options = parse_options(helps[script])
+  assert len(options) > 50, f"only {len(options)} options parsed from:\n{helps[script]}"
+  prefix = "--agent." if script.endswith("dqn.py") else "--"
+  for flag in ("--seed", "--gamma", "--max-opts", "--warmup-period", "--eval-interval",
+               f"{prefix}v-min", f"{prefix}eps-decay-steps", "--async.apex-alpha",
+               "--async.max-restarts", "--async.inference-device"):
+    assert flag in options, f"{flag} not found in {script} --help"
+  undescribed = [flag for flag, (_, description) in options.items()
+                 if not description.rsplit("(default:", 1)[0].strip()]
+  assert not undescribed, f"{script} --help: options without a description: {undescribed}"
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_no_rst_markup(helps, script):
+  lines = [line for line in helps[script].splitlines() if "``" in line]
+  assert not lines, f"{script} --help shows rST double backquotes:\n" + "\n".join(lines)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_string_choices_are_listed(helps, script):
+  options = parse_options(helps[script])
+  torso = "--agent.torso" if script.endswith("dqn.py") else "--torso"
+  expected = {torso: "{auto,mlp,nature_cnn,minatar_cnn}",
+              "--async.actor-mode": "{thread,process}",
+              "--async.exploration": "{schedule,apex}",
+              "--async.inference-device": "{default,cpu}"}
+  for flag, choices in expected.items():
+    head = options[flag][0]
+    assert head == f"{flag} {choices}", f"{script} --help: {head!r}, expected {choices}"
+
+
+def test_torso_choices_match_the_networks():
+  """The CLI's torso choices are 'auto' plus exactly the torsos QNetwork builds."""
+  import typing
+
+  import jaxasync as ja
+  from jaxasync.networks import TORSOS
+  choices = typing.get_args(typing.get_type_hints(ja.DQNConfig)["torso"])
+  assert choices == ("auto", *TORSOS)
