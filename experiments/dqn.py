@@ -24,8 +24,9 @@ from jaxasync.minatar import is_minatar_id
 
 
 def default_mode() -> str:
-  """Async with an actor process beside the learner when there are >= 2 cores, else sync:
-  with one core there is nothing to overlap. (README, 'Choosing a mode', has the figures.)"""
+  """Async (an actor thread beside the learner, see ``Args.async_``) when there are >= 2
+  cores, else sync: with one core there is nothing to overlap. (README, 'Choosing a mode',
+  has the figures.)"""
   return "async" if (os.cpu_count() or 1) >= 2 else "sync"
 
 
@@ -40,7 +41,7 @@ class Args:
   eval_env_id: str | None = None
   """env id to evaluate on; None: --env-id."""
   mode: Literal["auto", "sync", "async"] = "auto"
-  """'auto': async with a process actor on >= 2 cores, sync on one core."""
+  """'auto': async (one actor thread) on >= 2 cores, sync on one core."""
   seed: int = 0
   """seeds envs, network init, exploration and replay sampling."""
   num_envs: int = 4
@@ -90,11 +91,13 @@ class Args:
   """anneal the LR to --agent.learning-rate-end over --max-opts if no LR decay steps are set."""
   agent: ja.DQNConfig = dataclasses.field(default_factory=ja.DQNConfig)
   async_: Annotated[ja.AsyncConfig, tyro.conf.arg(name="async")] = dataclasses.field(
-      # Measured defaults: one process actor with 4 envs, and a replay ratio of 64 sampled
-      # items per inserted transition: sync's 128 (one SGD step of 128 per env step) held
-      # CartPole less well with actors running ahead (1 of 5 seeds collapsed against 0 of 5),
-      # and the learner sets the pace either way.
-      default_factory=lambda: ja.AsyncConfig(envs_per_actor=4, samples_per_insert=64.0))
+      # Measured defaults (scripts/bench_learning.py, README 'Choosing a mode'): one actor
+      # thread with 4 envs and 64 sampled items per inserted transition. With the replay
+      # ratio held, the learner sets the pace and an actor thread keeps up with it: it was
+      # the fastest arrangement to a solved CartPole and held it on 5 of 5 seeds, where an
+      # actor process held 1 of 5. A replay ratio of 128 (sync's) held worse in async (3 of 6).
+      default_factory=lambda: ja.AsyncConfig(actor_mode="thread", envs_per_actor=4,
+                                             samples_per_insert=64.0))
 
 
 def trainer_config(args: Args) -> ja.TrainerConfig:

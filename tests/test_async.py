@@ -177,7 +177,8 @@ def test_sigint_stops_saves_and_returns(tmp_path, mode):
   logdir = tmp_path / "run"
   proc = subprocess.Popen(
       [sys.executable, "experiments/dqn.py", "--mode", mode, "--logdir", str(logdir),
-       "--no-progress", "--max-opts", "1000000", "--eval-interval", "500"],
+       "--no-progress", "--max-opts", "1000000", "--eval-interval", "500",
+       *(["--async.actor-mode", "process"] if mode == "async" else [])],
       cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
   deadline = time.monotonic() + 90
   while time.monotonic() < deadline and not (logdir / "best" / "state.msgpack").exists():
@@ -198,11 +199,11 @@ def test_sigint_stops_saves_and_returns(tmp_path, mode):
 
 
 @pytest.mark.slow
-def test_async_thread_dqn_learns_cartpole(tmp_path):
-  config = ja.TrainerConfig(max_opts=50_000, duration=120, target_eval_reward=475, seed=0,
-                            progress=False, model_dir=str(tmp_path))
+def test_async_process_dqn_learns_cartpole(tmp_path):
+  config = ja.TrainerConfig(max_opts=50_000, target_eval_reward=475, seed=0, progress=False,
+                            model_dir=str(tmp_path))
   summary, stats = ja.train_async(ja.DQN, ja.DQNConfig(), CARTPOLE, config,
-                                  ja.AsyncConfig(actor_mode="thread", envs_per_actor=4,
+                                  ja.AsyncConfig(actor_mode="process", envs_per_actor=4,
                                                  samples_per_insert=64.0))
   assert summary["best_eval_reward"] >= 475, summary["evals"][-5:]
   assert (tmp_path / "best" / "state.msgpack").exists()
@@ -211,7 +212,7 @@ def test_async_thread_dqn_learns_cartpole(tmp_path):
 
 @pytest.mark.slow
 def test_default_experiment_learns_and_holds_cartpole(tmp_path):
-  """The README's first command (experiments/dqn.py, no flags: async, one process actor)
+  """The README's first command (experiments/dqn.py, no flags: async, one actor thread)
   solves CartPole-v1 and is still solving it at the end: the final evaluation is of the
   final params, not the best ones."""
   logdir = tmp_path / "run"
@@ -222,7 +223,7 @@ def test_default_experiment_learns_and_holds_cartpole(tmp_path):
   import json
   summary = json.loads((logdir / "summary.json").read_text())
   evals = [round(e["eval_reward"]) for e in summary["evals"]]
-  assert summary["mode"] == "async-process"
+  assert summary["mode"] == "async-thread"
   assert summary["best_eval_reward"] >= 475, evals
   assert summary["final_eval_opt_steps"] == summary["opt_steps"]
   assert summary["final_eval_reward"] >= 400, evals

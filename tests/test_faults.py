@@ -204,7 +204,8 @@ def _wait_gone(pids, timeout: float) -> list[int]:
 
 def test_sigterm_saves_final_and_summary_and_leaves_no_process(tmp_path):
   logdir = tmp_path / "run"
-  proc = _start_dqn(logdir, "--mode", "async", "--async.num-actors", "2")
+  proc = _start_dqn(logdir, "--mode", "async", "--async.actor-mode", "process",
+                    "--async.num-actors", "2")
   children = _children(proc.pid)  # actors and the resource tracker
   assert len(children) >= 2
   proc.send_signal(signal.SIGTERM)
@@ -222,7 +223,8 @@ def test_sigterm_saves_final_and_summary_and_leaves_no_process(tmp_path):
 
 def test_actors_exit_when_the_trainer_is_killed(tmp_path):
   logdir = tmp_path / "run"
-  proc = _start_dqn(logdir, "--mode", "async", "--async.num-actors", "2")
+  proc = _start_dqn(logdir, "--mode", "async", "--async.actor-mode", "process",
+                    "--async.num-actors", "2")
   children = _children(proc.pid)
   assert len(children) >= 2
   proc.kill()  # SIGKILL: no cleanup runs in the trainer
