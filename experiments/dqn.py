@@ -24,7 +24,7 @@ from jaxasync.minatar import is_minatar_id
 
 
 def default_mode() -> str:
-  """Async (an actor thread beside the learner, see ``Args.async_``) when there are >= 2
+  """Async (an actor process beside the learner, see ``Args.async_``) when there are >= 2
   cores, else sync: with one core there is nothing to overlap. (README, 'Choosing a mode',
   has the figures.)"""
   return "async" if (os.cpu_count() or 1) >= 2 else "sync"
@@ -41,7 +41,7 @@ class Args:
   eval_env_id: str | None = None
   """env id to evaluate on; None: --env-id."""
   mode: Literal["auto", "sync", "async"] = "auto"
-  """'auto': async (one actor thread) on >= 2 cores, sync on one core."""
+  """'auto': async (one actor process) on >= 2 cores, sync on one core."""
   seed: int = 0
   """seeds envs, network init, exploration and replay sampling."""
   num_envs: int = 4
@@ -92,12 +92,10 @@ class Args:
   agent: ja.DQNConfig = dataclasses.field(default_factory=ja.DQNConfig)
   async_: Annotated[ja.AsyncConfig, tyro.conf.arg(name="async")] = dataclasses.field(
       # Measured defaults (scripts/bench_learning.py, README 'Choosing a mode'): one actor
-      # thread with 4 envs and 64 sampled items per inserted transition. With the replay
-      # ratio held, the learner sets the pace and an actor thread keeps up with it: it was
-      # the fastest arrangement to a solved CartPole and held it on 5 of 5 seeds, where an
-      # actor process held 1 of 5. A replay ratio of 128 (sync's) held worse in async (3 of 6).
-      default_factory=lambda: ja.AsyncConfig(actor_mode="thread", envs_per_actor=4,
-                                             samples_per_insert=64.0))
+      # process with 4 envs and 64 sampled items per inserted transition. On a quiet 2-core
+      # machine it was the fastest async arrangement to a solved CartPole (and held it on 4 of
+      # 5 seeds, an actor thread on 3); a replay ratio of 128 (sync's) held worse (3 of 6).
+      default_factory=lambda: ja.AsyncConfig(envs_per_actor=4, samples_per_insert=64.0))
 
 
 def trainer_config(args: Args) -> ja.TrainerConfig:

@@ -199,35 +199,49 @@ def test_sigint_stops_saves_and_returns(tmp_path, mode):
 
 
 @pytest.mark.slow
-def test_async_process_dqn_learns_cartpole(tmp_path):
+def test_async_thread_dqn_learns_cartpole(tmp_path):
   config = ja.TrainerConfig(max_opts=50_000, target_eval_reward=475, seed=0, progress=False,
                             model_dir=str(tmp_path))
   summary, stats = ja.train_async(ja.DQN, ja.DQNConfig(), CARTPOLE, config,
-                                  ja.AsyncConfig(actor_mode="process", envs_per_actor=4,
+                                  ja.AsyncConfig(actor_mode="thread", envs_per_actor=4,
                                                  samples_per_insert=64.0))
   assert summary["best_eval_reward"] >= 475, summary["evals"][-5:]
   assert (tmp_path / "best" / "state.msgpack").exists()
   assert stats[0].env_steps > 0
 
 
-@pytest.mark.slow
-def test_default_experiment_learns_and_holds_cartpole(tmp_path):
-  """The README's first command (experiments/dqn.py, no flags: async, one actor thread)
-  solves CartPole-v1 and is still solving it at the end: the final evaluation is of the
-  final params, not the best ones."""
+def _run_default_experiment(tmp_path, *flags) -> dict:
   logdir = tmp_path / "run"
   out = subprocess.run([sys.executable, "experiments/dqn.py", "--seed", "0", "--no-progress",
-                        "--logdir", str(logdir)], cwd=Path(__file__).resolve().parents[1],
+                        "--logdir", str(logdir), *flags], cwd=Path(__file__).resolve().parents[1],
                        capture_output=True, text=True, timeout=300)
   assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
   import json
   summary = json.loads((logdir / "summary.json").read_text())
-  evals = [round(e["eval_reward"]) for e in summary["evals"]]
-  assert summary["mode"] == "async-thread"
-  assert summary["best_eval_reward"] >= 475, evals
-  assert summary["final_eval_opt_steps"] == summary["opt_steps"]
-  assert summary["final_eval_reward"] >= 400, evals
+  assert summary["final_eval_opt_steps"] == summary["opt_steps"] == 50_000
   assert (logdir / "final" / "state.msgpack").exists()
+  return summary
+
+
+@pytest.mark.slow
+def test_default_experiment_solves_cartpole(tmp_path):
+  """The README's first command (experiments/dqn.py, no flags: async, one process actor)
+  solves CartPole-v1, and its final evaluation is of the final params. (Whether it still
+  holds 500 at the end varies between async runs: 4 of 5 seeds in scripts/bench_learning.py,
+  README 'Learning'; asserting it here would make CI flaky, the sync test below asserts it.)"""
+  summary = _run_default_experiment(tmp_path)
+  assert summary["mode"] == "async-process"
+  assert summary["best_eval_reward"] >= 475, [round(e["eval_reward"]) for e in summary["evals"]]
+
+
+@pytest.mark.slow
+def test_default_settings_hold_cartpole_in_sync(tmp_path):
+  """The same defaults in the deterministic sync loop reach 500 and keep it: final
+  evaluation and last-5 mean >= 450 (seed 0 scores 500 on both)."""
+  summary = _run_default_experiment(tmp_path, "--mode", "sync")
+  evals = [e["eval_reward"] for e in summary["evals"]]
+  assert summary["best_eval_reward"] >= 475, evals
+  assert summary["final_eval_reward"] >= 450 and np.mean(evals[-5:]) >= 450, evals
 
 
 @pytest.mark.parametrize("mode", ["thread", "process"])
