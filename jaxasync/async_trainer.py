@@ -453,12 +453,11 @@ class AsyncTrainer:
         eval_worker.close(wait_pending=error is None and not run.interrupted)
         error = error or eval_worker.error  # an evaluation that failed after the loop's last look
         try:
-          if (error is None and eval_worker.error is None and not eval_worker.alive
-              and run.needs_final_eval()):
-            # The last evaluation may predate the last update call: evaluate the final
-            # params, so final_eval_reward is always the return of what `final` holds.
-            run.on_eval(self.evaluator.evaluate(_host_copy(learner.policy_params())),
-                        learner.opt_steps, self.env_steps, learner.opt_steps)
+          if error is None and not eval_worker.alive:  # (the worker's own error is in error)
+            # The last evaluation may predate the last update call.
+            run.evaluate_final(
+                lambda: self.evaluator.evaluate(_host_copy(learner.policy_params())),
+                self.env_steps)
         except Exception as eval_error:
           error = eval_error
         finally:

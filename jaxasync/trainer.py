@@ -10,6 +10,7 @@ import signal
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -270,13 +271,14 @@ class RunState:
     if target is not None and reward >= target and self.solved_at is None:
       self.solved_at = {"env_steps": env_steps, "opt_steps": opt_steps, "wall_s": wall}
 
-  def needs_final_eval(self) -> bool:
-    """Whether the run should end with an evaluation of its final params: evaluation is on,
-    SGD steps were taken since the last evaluation, and the run was not interrupted (so
-    ``final_eval_reward`` is always the return of the params saved as ``final``)."""
+  def evaluate_final(self, evaluate: Callable[[], float], env_steps: int) -> None:
+    """Ends the run with ``evaluate()`` of its final params, so that ``final_eval_reward`` is
+    always the return of what ``final`` holds: when evaluation is on, SGD steps were taken
+    since the last evaluation and the run was not interrupted."""
     opt = self.learner.opt_steps
-    return (self.config.eval_interval > 0 and opt > 0 and not self.interrupted
-            and (not self.evals or self.evals[-1]["opt_steps"] < opt))
+    if (self.config.eval_interval > 0 and opt > 0 and not self.interrupted
+        and (not self.evals or self.evals[-1]["opt_steps"] < opt)):
+      self.on_eval(evaluate(), opt, env_steps, opt)
 
   def summary(self, samples_total: int, env_steps: int, extra: dict | None = None) -> dict:
     wall = time.perf_counter() - self.start
@@ -426,10 +428,9 @@ class Trainer:
                                 "rng_states": {"exploration": rng.bit_generator.state}})
         if run.failure is not None:
           raise run.failure
-        if run.needs_final_eval():
-          self._stage = "evaluation"
-          run.on_eval(self.evaluator.evaluate(learner.policy_params()), learner.opt_steps,
-                      self.env_steps, learner.opt_steps)
+        self._stage = "evaluation"
+        run.evaluate_final(lambda: self.evaluator.evaluate(learner.policy_params()),
+                           self.env_steps)
       except BaseException as e:
         error = e
       finally:
