@@ -1,16 +1,23 @@
 """jaxasync: asynchronous actor-learner reinforcement learning in JAX."""
 
-from jaxasync.actor import ActorConfig, apex_epsilons
+from jaxasync.actor import ActorConfig
+from jaxasync.agent import ActorContext, Agent, DataSpec
 from jaxasync.actor_manager import ActorFailed, ActorManager, ActorStats
-from jaxasync.agents.dqn import DQN, DQNConfig, DQNState, linear_epsilon
-from jaxasync.async_trainer import AsyncConfig, AsyncTrainer, RateLimiter, train_async
+from jaxasync.agents.dqn import DQN, DQNConfig, DQNState
+from jaxasync.agents.exploration import EpsilonState, apex_epsilons, epsilon_greedy, linear_epsilon
 from jaxasync.atari import AtariEnvFactory
 from jaxasync.checkpoint import claim_run_dir, restore_checkpoint, save_checkpoint
 from jaxasync.envs import ConfigError, EnvFactory, check_env_id
 from jaxasync.evaluator import Evaluator
 from jaxasync.faults import NonFiniteError, StallError
 from jaxasync.inference import InferenceClient, InferenceServer
-from jaxasync.learner import IntervalTrigger, Learner
+from jaxasync.config import AsyncConfig, TrainerConfig
+from jaxasync.hooks import IntervalTrigger
+from jaxasync.learner import Learner
+from jaxasync.ledger import RunLedger
+from jaxasync.loop import ActorFeed, LearnerLoop, LockstepFeed
+from jaxasync.sources import QueueSource, ReplaySource, Sample, RateLimiter, UpdateCredit
+from jaxasync.collectors import UnrollCollector, Unroll
 from jaxasync.minatar import MinAtarEnvFactory
 from jaxasync.param_store import SharedParamStore, ThreadParamStore
 from jaxasync.recorder import (ConsoleRecorder, MemoryRecorder, MultiRecorder, NullRecorder,
@@ -18,7 +25,7 @@ from jaxasync.recorder import (ConsoleRecorder, MemoryRecorder, MultiRecorder, N
 from jaxasync.replay import PrioritizedReplayBuffer, ReplayBuffer, SumTree, linear_beta
 from jaxasync.replay.frames import FrameReplayBuffer, FrameStepProcessor, PrioritizedFrameReplayBuffer
 from jaxasync.step_processor import StepProcessor
-from jaxasync.trainer import Trainer, TrainerConfig
+from jaxasync.trainer import AsyncTrainer, Trainer, train_async
 from jaxasync.transport import Chunk, ChunkQueue
 from jaxasync.types import ModelInfo, Transition
 
@@ -26,9 +33,12 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ActorConfig",
+    "ActorContext",
     "ActorFailed",
+    "ActorFeed",
     "ActorManager",
     "ActorStats",
+    "Agent",
     "AsyncConfig",
     "AsyncTrainer",
     "AtariEnvFactory",
@@ -39,7 +49,9 @@ __all__ = [
     "DQN",
     "DQNConfig",
     "DQNState",
+    "DataSpec",
     "EnvFactory",
+    "EpsilonState",
     "Evaluator",
     "FrameReplayBuffer",
     "FrameStepProcessor",
@@ -47,6 +59,8 @@ __all__ = [
     "InferenceServer",
     "IntervalTrigger",
     "Learner",
+    "LearnerLoop",
+    "LockstepFeed",
     "MemoryRecorder",
     "MinAtarEnvFactory",
     "ModelInfo",
@@ -55,9 +69,13 @@ __all__ = [
     "NullRecorder",
     "PrioritizedFrameReplayBuffer",
     "PrioritizedReplayBuffer",
+    "QueueSource",
     "RateLimiter",
     "Recorder",
     "ReplayBuffer",
+    "ReplaySource",
+    "RunLedger",
+    "Sample",
     "SharedParamStore",
     "StallError",
     "StepProcessor",
@@ -67,9 +85,13 @@ __all__ = [
     "Trainer",
     "TrainerConfig",
     "Transition",
+    "Unroll",
+    "UnrollCollector",
+    "UpdateCredit",
     "apex_epsilons",
     "check_env_id",
     "claim_run_dir",
+    "epsilon_greedy",
     "linear_beta",
     "linear_epsilon",
     "restore_checkpoint",

@@ -1,4 +1,4 @@
-"""An actor: a vector env, the StepProcessor and a CPU copy of the policy, pushing chunks.
+"""An actor: a vector env, a collector and a CPU copy of the policy, pushing chunks.
 
 ``run_actor`` is the actor's whole life and runs the same way in a thread or in
 a spawned process; ``ActorManager`` supervises it.
@@ -22,44 +22,29 @@ from jaxasync.types import Transition
 PyTree = Any
 
 
-def apex_epsilons(num: int, epsilon: float = 0.4, alpha: float = 7.0) -> np.ndarray:
-  """Ape-X's ladder ``eps_i = epsilon^(1 + alpha * i / (num - 1))``, ``[num]``."""
-  if num == 1:
-    return np.array([epsilon])
-  i = np.arange(num)
-  return epsilon ** (1.0 + alpha * i / (num - 1))
-
-
 @dataclasses.dataclass(frozen=True)
 class ActorConfig:
   """What one actor needs besides the agent and env factories (picklable).
 
   Attributes:
     num_envs: sub-envs of its vector env.
-    chunk_steps: vector steps per pushed chunk (a chunk has up to
-      ``chunk_steps * num_envs`` transitions).
-    n_step, gamma: the StepProcessor's settings.
+    chunk_steps: vector steps per pushed chunk.
+    collector: picklable ``(num_envs, obs_example, action_example) -> collector`` (e.g. a
+      ``functools.partial`` of ``StepProcessor`` with its n-step settings); ``None``: a 1-step
+      ``StepProcessor``.
     seed: base seed; actor ``i`` on its ``r``-th restart uses ``actor_seed(seed, i, r)``.
-    epsilons: fixed per-env exploration ``[num_envs]`` (e.g. a slice of the Ape-X
-      ladder); ``None`` follows the agent's schedule over the estimated global
-      env steps (this actor's steps times ``num_actors``).
-    num_actors: actors in the run (for the schedule estimate).
+    num_actors: actors in the run (the agent's exploration state may depend on it).
     cpu: pin the actor to this CPU core (``None``: no pinning).
-    step_processor_cls: the learner replay's ``step_processor_cls``.
-    reward_clip: the step processor's per-reward clipping (``TrainerConfig.reward_clip``).
+    restart: set by the ``ActorManager``: how many times this actor was restarted.
   """
 
   num_envs: int = 8
   chunk_steps: int = 16
-  n_step: int = 1
-  gamma: float = 0.99
+  collector: Callable | None = None
   seed: int = 0
-  epsilons: tuple[float, ...] | None = None
   num_actors: int = 1
   cpu: int | None = None
-  step_processor_cls: type | None = None  # the replay's; None: jaxasync.StepProcessor
-  reward_clip: float = 0.0
-  restart: int = 0  # set by the ActorManager: how many times this actor was restarted
+  restart: int = 0
 
 
 def actor_seed(base: int, actor_id: int, restart: int = 0) -> int:
@@ -89,7 +74,8 @@ def run_actor(actor_id: int, agent_factory: Callable[[], Any], env_factory: Call
   """Runs one actor until ``stop`` is set. Exceptions go to ``errors`` with their traceback.
 
   With ``inference`` (an ``InferenceClient``) the actor asks the central server for the
-  network's actions instead of running its own params copy, and keeps epsilon local.
+  network's outputs (``Agent.policy``) instead of running its own params copy, and keeps its
+  exploration (``Agent.select``) local.
   """
   try:
     _actor_loop(actor_id, agent_factory, env_factory, config, transport, param_store, stop,
@@ -122,13 +108,97 @@ def run_actor_process(*args) -> None:
   run_actor(*args)
 
 
+class Actor:
+  """One actor's acting: a vector env, a collector, the agent's actor side and a params copy.
+
+  ``step()`` takes one vector step and returns a ``Chunk`` every ``chunk_steps`` steps. The
+  asynchronous actor (``run_actor``, in a thread or a process) calls it in a loop and pushes
+  the chunks; the synchronous loop calls it whenever its learner has no update to run
+  (``chunk_steps=1``: lock-step). Params are adopted in one place, ``adopt_latest``.
+
+  Args:
+    actor_id: index of the actor.
+    agent: the ``Agent`` (its actor side: ``initial_actor_state``, ``act``/``select``).
+    env: the vector env (already built).
+    config: the actor's settings.
+    param_store: where the learner publishes; the actor follows its version.
+    shared: counters the supervisor reads (``adopted_version``, ``env_steps``).
+    seed: seeds the exploration generator; ``env_seed`` (default: ``seed``) the env reset.
+    inference: an ``InferenceClient``: the network runs on the central server.
+  """
+
+  def __init__(self, actor_id: int, agent, env, config: ActorConfig, param_store,
+               shared: ActorShared, seed: int, env_seed: int | None = None, inference=None):
+    from jaxasync.agent import ActorContext
+    from jaxasync.step_processor import StepProcessor
+    self.actor_id, self.agent, self.env, self.config = actor_id, agent, env, config
+    self.param_store, self.shared, self.inference = param_store, shared, inference
+    self.rng = np.random.default_rng(seed)
+    obs, _ = env.reset(seed=seed if env_seed is None else env_seed)
+    action_example = np.asarray(env.single_action_space.sample())
+    self.collector = (config.collector or StepProcessor)(config.num_envs, obs[0], action_example)
+    self.collector.reset(obs)
+    self.env_steps = int(shared.env_steps[actor_id])
+    self.actor_state = agent.initial_actor_state(ActorContext(
+        actor_id, config.num_actors, config.num_envs, env_steps=self.env_steps))
+    self.version, self.params = -1, None
+    self._pending, self._steps_in_chunk, self._seq = [], 0, 0
+    self._chunk_version = -1
+
+  def adopt_latest(self) -> None:
+    """Takes the store's params if they are newer than ours (a CPU copy for jitted acting)."""
+    from jaxasync.param_store import to_cpu  # imported here: runs in the actor's own process
+    if self.param_store.version > self.version:
+      info = self.param_store.get()
+      self.version, self.params = info.version, to_cpu(info.params)
+      self.shared.adopted_version[self.actor_id] = self.version
+
+  def step(self, stop=None):
+    """One vector step; returns a ``Chunk`` when ``chunk_steps`` steps are in, else ``None``.
+
+    Raises ``ActorStopped`` when ``stop`` is set while waiting for the inference server.
+    """
+    from jaxasync.transport import Chunk
+    agent, collector = self.agent, self.collector
+    if self.inference is not None:  # SEED: the server runs the network on its device
+      answer = self.inference.policy(collector.obs, stop)
+      if answer is None:
+        raise ActorStopped
+      outputs, version = answer
+      actions, extras, self.actor_state = agent.select(outputs, self.actor_state, self.rng)
+    else:
+      self.adopt_latest()  # as soon as published
+      version = self.version
+      actions, extras, self.actor_state = agent.act(self.params, collector.obs,
+                                                    self.actor_state, self.rng)
+    if self._steps_in_chunk == 0:
+      self._chunk_version = version  # the oldest params the chunk's steps were taken with
+    next_obs, reward, terminated, truncated, _ = self.env.step(actions)
+    if extras is None:
+      piece = collector.step(actions, reward, next_obs, terminated, truncated)
+    else:
+      piece = collector.step(actions, reward, next_obs, terminated, truncated, extras)
+    if piece is not None:
+      self._pending.append(piece)
+    self._steps_in_chunk += 1
+    if self._steps_in_chunk < self.config.chunk_steps:
+      return None
+    steps = self._steps_in_chunk * self.config.num_envs
+    chunk = Chunk(self.actor_id, self._chunk_version, _concat(self._pending), steps,
+                  tuple(collector.pop_episode_returns()), self._seq)
+    self._pending, self._steps_in_chunk = [], 0
+    self._seq += 1
+    self.env_steps += steps
+    self.shared.env_steps[self.actor_id] = self.env_steps
+    return chunk
+
+
+class ActorStopped(Exception):
+  """The run stopped while an actor waited for the inference server."""
+
+
 def _actor_loop(actor_id, agent_factory, env_factory, config: ActorConfig, transport,
                 param_store, stop, shared: ActorShared, env_init_lock, inference) -> None:
-  from jaxasync.agents.dqn import epsilon_greedy
-  from jaxasync.evaluator import to_cpu  # imported here: runs in the actor's own process
-  from jaxasync.step_processor import StepProcessor
-  from jaxasync.transport import Chunk
-
   if config.cpu is not None and hasattr(os, "sched_setaffinity"):
     os.sched_setaffinity(0, {config.cpu})
   seed = actor_seed(config.seed, actor_id, config.restart)
@@ -139,75 +209,37 @@ def _actor_loop(actor_id, agent_factory, env_factory, config: ActorConfig, trans
   else:
     env = env_factory(config.num_envs, seed=seed)
   try:
-    rng = np.random.default_rng(seed)
-    obs, _ = env.reset(seed=seed)
-    action_example = np.asarray(env.single_action_space.sample())
-    proc = (config.step_processor_cls or StepProcessor)(
-        config.num_envs, obs[0], action_example, config.n_step, config.gamma, config.reward_clip)
-    proc.reset(obs)
-    epsilons = None if config.epsilons is None else np.asarray(config.epsilons)
-
+    actor = Actor(actor_id, agent, env, config, param_store, shared, seed, inference=inference)
     # Wait for the learner's first publication.
     while param_store.version < 0:
       if stop.is_set():
         return
       time.sleep(0.01)
-    info = param_store.get()
-    version, params = info.version, to_cpu(info.params)
-    shared.adopted_version[actor_id] = version
-
-    pending, seq = [], 0
-    steps_in_chunk, env_steps = 0, int(shared.env_steps[actor_id])
-    chunk_steps, num_envs = config.chunk_steps, config.num_envs
-    # env_steps only moves per chunk, so the schedule's epsilon is computed once a chunk.
-    eps = epsilons if epsilons is not None else agent.epsilon(env_steps * config.num_actors)
-    act, env_step, proc_step = agent.act, env.step, proc.step
-    action_dtype = env.single_action_space.dtype
-    while not stop.is_set():
-      if inference is not None:  # SEED: the server runs the network on its device
-        answer = inference.policy_actions(proc.obs, stop)
-        if answer is None:
+    actor.adopt_latest()
+    try:
+      while not stop.is_set():
+        chunk = actor.step(stop)
+        if chunk is not None and not transport.put(chunk, stop):
           break
-        actions, version = answer
-        actions = epsilon_greedy(actions, eps, agent.num_actions, rng).astype(action_dtype)
-      else:
-        if param_store.version > version:  # adopt as soon as published
-          info = param_store.get()
-          version, params = info.version, to_cpu(info.params)
-          shared.adopted_version[actor_id] = version
-        actions = act(params, proc.obs, eps, rng)
-      if steps_in_chunk == 0:
-        chunk_version = version  # the oldest params the chunk's steps were taken with
-      next_obs, reward, terminated, truncated, _ = env_step(actions)
-      pending.append(proc_step(actions, reward, next_obs, terminated, truncated))
-      steps_in_chunk += 1
-      if steps_in_chunk >= chunk_steps:
-        chunk = Chunk(actor_id, chunk_version, _concat(pending), steps_in_chunk * num_envs,
-                      tuple(proc.pop_episode_returns()), seq)
-        if not transport.put(chunk, stop):
-          break
-        seq += 1
-        env_steps += steps_in_chunk * num_envs
-        shared.env_steps[actor_id] = env_steps
-        pending, steps_in_chunk = [], 0
-        if epsilons is None:
-          eps = agent.epsilon(env_steps * config.num_actors)
+    except ActorStopped:
+      pass
     # The learner publishes its last params before stopping us: end on its latest version.
-    if param_store.version > version:
-      info = param_store.get()
-      version, params = info.version, to_cpu(info.params)
-      shared.adopted_version[actor_id] = version
+    actor.adopt_latest()
   finally:
     env.close()
 
 
 def _concat(parts: Sequence) -> Any:
-  """The step outputs of one chunk as one batch: leaf-wise ``np.concatenate`` along axis 0.
+  """The step outputs of one chunk as one batch: leaf-wise ``np.concatenate`` along axis 0
+  (a collector that emits whole items, such as one unroll per chunk, gives a single part,
+  passed through).
 
   ``Transition`` outputs (jaxasync's StepProcessor) are joined field by field (~17 us for 16
   steps of 8 envs, against ~40 us through ``jax.tree.map``); any other pytree (another replay's
   step processor) goes through ``jax.tree.map``.
   """
+  if len(parts) == 1:
+    return parts[0]
   if all(type(p) is Transition for p in parts):
     return Transition(*(np.concatenate(field) for field in zip(*parts)))
   import jax

@@ -1,38 +1,32 @@
-"""Greedy (or low-epsilon) evaluation on an env of its own."""
+"""Evaluation of the agent's evaluation policy on an env of its own."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import jax
 import numpy as np
 
+from jaxasync.agent import ActorContext, Agent
 from jaxasync.envs import EnvFactory
+from jaxasync.param_store import to_cpu
 
 PyTree = Any
-
-
-def to_cpu(params: PyTree) -> PyTree:
-  """Commits a host copy of ``params`` to the CPU device, so jitted acting runs there."""
-  cpu = jax.devices("cpu")[0]
-  return jax.device_put(jax.tree.map(np.array, params), cpu)
 
 
 class Evaluator:
   """Runs ``num_episodes`` episodes, one per sub-env of a vector env, and averages their returns.
 
   Args:
-    agent: has ``act(params, obs, epsilon, rng, explore=False)`` (``explore=False``: noisy
-      nets use their mean weights).
+    agent: acts with ``act(..., explore=False)`` from its evaluation actor state
+      (``ActorContext(evaluation=True)``): the agent decides what its evaluation policy is.
     env_factory: builds the evaluation env (may differ from the training env).
     num_episodes: episodes per evaluation (run in parallel, one per sub-env).
-    epsilon: exploration during evaluation (0 = greedy).
     seed: evaluation ``k`` resets its env with ``seed + k``.
   """
 
-  def __init__(self, agent, env_factory: EnvFactory, num_episodes: int = 10,
-               epsilon: float = 0.0, seed: int = 10_000):
-    self.agent, self.num_episodes, self.epsilon = agent, num_episodes, epsilon
+  def __init__(self, agent: Agent, env_factory: EnvFactory, num_episodes: int = 10,
+               seed: int = 10_000):
+    self.agent, self.num_episodes = agent, num_episodes
     self._env = env_factory(num_episodes, seed=seed)
     obs, act = self._env.single_observation_space, self._env.single_action_space
     want_obs, want_act = getattr(agent, "obs_space", None), getattr(agent, "action_space", None)
@@ -57,8 +51,9 @@ class Evaluator:
     n = self.num_episodes
     returns = np.zeros(n)
     running = np.ones(n, bool)
+    actor_state = self.agent.initial_actor_state(ActorContext(num_envs=n, evaluation=True))
     while running.any():
-      actions = self.agent.act(params, obs, self.epsilon, self._rng, explore=False)
+      actions, _, actor_state = self.agent.act(params, obs, actor_state, self._rng, explore=False)
       obs, reward, terminated, truncated, _ = self._env.step(actions)
       self.steps += 1
       returns += reward * running

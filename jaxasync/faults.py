@@ -49,14 +49,6 @@ def all_finite(tree: Any) -> bool:
   return bool(_all_finite_jit(leaves))
 
 
-def divergence_hint(agent) -> str:
-  """The fix to suggest for a diverged run of ``agent``."""
-  lr = getattr(getattr(agent, "config", None), "learning_rate", None)
-  now = f" (now {lr:g})" if isinstance(lr, (int, float)) else ""
-  return (f"Lower the learning rate{now}, e.g. 10x, or check the env's rewards and "
-          "observations for NaN or huge values.")
-
-
 class Watchdog:
   """Warns, then fails a run that makes no progress; also enforces ``duration``.
 

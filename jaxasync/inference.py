@@ -4,10 +4,10 @@ With many actors, or a network too large for per-actor CPU inference, or an
 accelerator, it pays to run the policy once for many actors' observations
 instead of once per actor. ``InferenceServer`` threads in the learner's process
 take requests from one queue, wait up to ``delay`` seconds for up to
-``batch_size`` requests, run ``agent.policy_actions`` on ``device`` (honoured:
-params are committed there) and answer each actor on its own queue. Actors keep
-their exploration local (numpy epsilon on the returned actions), so the server
-runs only the network.
+``batch_size`` requests, run ``Agent.policy`` on ``device`` (honoured: params
+are committed there) and answer each actor on its own queue. Actors keep their
+exploration local (``Agent.select`` on the returned outputs), so the server runs
+only the network.
 """
 
 from __future__ import annotations
@@ -31,13 +31,13 @@ class _Request(NamedTuple):
 
 
 class InferenceClient:
-  """An actor's end: ``policy_actions(obs)`` -> ``(actions, params version)``. Picklable."""
+  """An actor's end: ``policy(obs)`` -> ``(Agent.policy outputs, params version)``. Picklable."""
 
   def __init__(self, client_id: int, requests, responses):
     self.client_id, self._requests, self._responses = client_id, requests, responses
     self._next_id = None
 
-  def policy_actions(self, obs: np.ndarray, stop, poll: float = 0.1):
+  def policy(self, obs: np.ndarray, stop, poll: float = 0.1):
     """Blocks for the server's answer; returns ``None`` if ``stop`` is set meanwhile."""
     if self._next_id is None:  # drawn where the client runs: fresh after an actor restart
       self._next_id = int.from_bytes(os.urandom(6), "little") << 16
@@ -45,11 +45,11 @@ class InferenceClient:
     self._requests.put(_Request(self.client_id, request_id, np.asarray(obs)))
     while not stop.is_set():
       try:
-        answer_id, actions, version = self._responses.get(timeout=poll)
+        answer_id, outputs, version = self._responses.get(timeout=poll)
       except queue.Empty:
         continue
       if answer_id == request_id:  # else: meant for this actor before it restarted
-        return actions, version
+        return outputs, version
     return None
 
   def release(self) -> None:
@@ -62,7 +62,7 @@ class InferenceServer:
   """``num_servers`` threads batching ``num_clients`` actors' requests.
 
   Args:
-    agent: has ``policy_actions(params, obs, rng)``.
+    agent: an ``Agent``; the servers run its ``policy(params, obs, rng)``.
     param_store: where the learner publishes ``ModelInfo`` (the server follows its version).
     num_clients: actors that will ask.
     batch_size: requests per batch at most (SEED's ``inference_batchsize``).
@@ -71,7 +71,7 @@ class InferenceServer:
     device: where the policy runs: ``"default"`` (the accelerator when there is one) or
       ``"cpu"``, or a ``jax.Device``.
     process: clients live in spawned processes (multiprocessing queues).
-    seed: seeds the servers' noise (noisy nets).
+    seed: seeds the servers' generators (for any noise ``Agent.policy`` draws).
   """
 
   def __init__(self, agent, param_store, num_clients: int, batch_size: int = 4,
@@ -135,10 +135,12 @@ class InferenceServer:
         if self.param_store.version > version:  # follow the learner's publications
           info = self.param_store.get()
           version, params = info.version, jax.device_put(info.params, self.device)
-        sizes = [len(r.obs) for r in batch]
-        actions = self.agent.policy_actions(params, np.concatenate([r.obs for r in batch]), rng)
-        for r, a in zip(batch, np.split(actions, np.cumsum(sizes)[:-1])):
-          self._responses[r.client_id].put((r.request_id, a, version))
+        bounds = np.cumsum([len(r.obs) for r in batch])
+        outputs = self.agent.policy(params, np.concatenate([r.obs for r in batch]), rng)
+        for i, r in enumerate(batch):
+          start = bounds[i - 1] if i else 0
+          part = jax.tree.map(lambda x: x[start:bounds[i]], outputs)
+          self._responses[r.client_id].put((r.request_id, part, version))
         with self._count_lock:
           self.batches += 1
           self.requests_served += len(batch)

@@ -25,6 +25,18 @@ from jaxasync.types import ModelInfo
 PyTree = Any
 
 
+def host_copy(tree: PyTree) -> PyTree:
+  """Numpy copies of ``tree``'s leaves (one device-to-host transfer for the whole tree): what
+  is published, evaluated in another thread or checkpointed while the learner's own buffers
+  may be donated to its next update call."""
+  return jax.tree.map(np.array, jax.device_get(tree))
+
+
+def to_cpu(params: PyTree) -> PyTree:
+  """``params`` committed to the CPU device (from a host copy), so jitted acting runs there."""
+  return jax.device_put(host_copy(params), jax.devices("cpu")[0])
+
+
 class ThreadParamStore:
   """Latest ``ModelInfo`` shared by threads of one process."""
 

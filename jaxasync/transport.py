@@ -34,11 +34,11 @@ _READ_SIZE = 1 << 16  # per os.read; _read loops until the pipe is empty
 
 
 class Chunk(NamedTuple):
-  """Transitions from one actor. ``transitions`` has a leading batch axis."""
+  """What one actor pushes: its collector's items for ``env_steps`` env steps, with versions."""
 
   actor_id: int
   version: int  # oldest params version the chunk's steps were taken with (lag: upper bound)
-  transitions: Any
+  payload: Any  # the collector's output for these steps (transitions: leading batch axis)
   env_steps: int  # env steps taken to produce these transitions
   episode_returns: tuple[float, ...]  # returns of episodes that ended in them
   seq: int = 0  # the actor's chunk counter since its (re)start: gaps or repeats mean loss

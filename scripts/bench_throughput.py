@@ -64,7 +64,7 @@ import tyro
 
 import jaxasync as ja
 from jaxasync.actor import ActorShared, run_actor
-from jaxasync.evaluator import to_cpu
+from jaxasync.param_store import to_cpu
 from jaxasync.types import transition_example
 
 Variant = Literal["actor", "learner", "sync", "thread", "process", "pinned"]
@@ -148,7 +148,7 @@ def measure_bare(args: Args, agent, env: ja.EnvFactory) -> dict:
     nonlocal obs
     steps, end = 0, time.perf_counter() + seconds
     while time.perf_counter() < end:
-      obs, _, _, _, _ = venv.step(agent.act(params, obs, eps, rng))
+      obs, _, _, _, _ = venv.step(agent.act(params, obs, agent.fixed_epsilon(eps), rng)[0])
       steps += args.envs_per_actor
     return steps
 
@@ -178,13 +178,14 @@ def filled_replay(agent, env: ja.EnvFactory, items: int, seed: int) -> ja.Replay
 
 
 def measure_learner(args: Args, agent, replay: ja.ReplayBuffer) -> dict:
-  """jaxasync.Learner: sample from the replay + update call, one call in flight."""
-  learner = ja.Learner(agent, replay, args.seed, args.updates_per_call, args.batch_size)
+  """jaxasync.Learner on a ReplaySource: sample from the replay + update call, one in flight."""
+  source = ja.ReplaySource(replay, args.batch_size, args.updates_per_call)
+  learner = ja.Learner(agent, args.seed)
 
   def run(seconds: float) -> int:
     calls, end = 0, time.perf_counter() + seconds
     while time.perf_counter() < end:
-      learner.step()
+      learner.step(source)
       calls += 1
     jax.block_until_ready(learner.state)
     return calls
@@ -194,7 +195,7 @@ def measure_learner(args: Args, agent, replay: ja.ReplayBuffer) -> dict:
   calls = run(args.duration)
   t1 = time.perf_counter()
   return {"opt_steps_per_sec": calls * args.updates_per_call / (t1 - t0), "window_s": t1 - t0,
-          "sample_frac": learner.time_sample / max(1e-9, learner.time_sample + learner.time_update)}
+          "sample_frac": source.time_sample / max(1e-9, source.time_sample + learner.time_update)}
 
 
 def measure_pure(args: Args, agent, replay: ja.ReplayBuffer) -> dict:
@@ -300,8 +301,7 @@ def measure_sync(args: Args, agent_factory, env: ja.EnvFactory) -> dict:
   recorder = WindowRecorder(args.warmup, args.duration)
   trainer = ja.Trainer(agent_factory(), env, trainer_config(args, duration=60 + args.duration),
                        recorder)
-  learner = trainer.learner
-  recorder.attach(trainer, lambda: {"sample": learner.time_sample, "update": learner.time_update})
+  recorder.attach(trainer, trainer.stage_times)
   summary = trainer.train()
   return {**recorder.window(), **summary_figures(summary)}
 

@@ -57,16 +57,16 @@ def test_versions_increase_and_nothing_lost(mode):
   # Both actors deliver here; on a many-core machine a spawned actor may still be importing jax
   # when a short run ends, so only require the actors that pushed anything to be consistent.
   delivered = {s.actor_id for s in trainer.actor_stats if s.env_steps > 0}
-  assert trainer.last_chunk and set(trainer.last_chunk) <= delivered
+  assert trainer.loop.last_chunk and set(trainer.loop.last_chunk) <= delivered
   # Versions never went back, and with a blocking queue every chunk an actor pushed and the
   # learner took arrived exactly once, in order (sequence numbers consecutive from 0).
-  assert trainer.order_errors == 0
-  assert max(v for v, _ in trainer.last_chunk.values()) > 0  # params did flow back
+  assert trainer.loop.order_errors == 0
+  assert max(v for v, _ in trainer.loop.last_chunk.values()) > 0  # params did flow back
   # Actors end on the learner's latest publication.
   published = trainer.param_store.version
   assert [s.adopted_version for s in trainer.actor_stats] == [published, published]
   assert published == (trainer.learner.opt_steps // 8) * 8
-  assert trainer.inserted == len(trainer.replay) or trainer.inserted > trainer.replay.capacity
+  assert trainer.loop.inserted == len(trainer.replay) or trainer.loop.inserted > trainer.replay.capacity
   assert summary["dropped_chunks"] == 0
   for s in trainer.actor_stats:
     assert s.env_steps > 0 and s.restarts == 0 and s.samples_per_sec > 0
@@ -80,7 +80,7 @@ def test_drop_oldest_counts_drops():
                                     replay_capacity=10_000),
                      samples_per_insert=None)
   # The warmup cannot be reached in 3 s with the learner polling; the queue overflows.
-  trainer.limiter = ja.RateLimiter(1.0, 0.0, 0)  # insert budget exhausted at once -> no ingest
+  trainer.source.limiter = ja.RateLimiter(1.0, 0.0, 0)  # insert budget exhausted at once -> no ingest
   summary = trainer.train()
   assert summary["dropped_chunks"] > 0
 
@@ -119,7 +119,7 @@ def test_actor_failing_past_max_restarts_fails_the_run():
                      config=_config(max_opts=100_000, duration=60))
   with pytest.raises(ja.ActorFailed, match="env exploded on purpose"):
     trainer.train()
-  assert trainer.manager.restarts == [2]
+  assert trainer.feed.manager.restarts == [2]
   _no_strays(before)
 
 
@@ -129,7 +129,7 @@ def test_learner_error_propagates_and_stops_actors(mode):
   trainer = _trainer(agent_cls=RaisingDQN, actor_mode=mode)
   with pytest.raises(LearnerFault):
     trainer.train()
-  assert not any(trainer.manager.alive())
+  assert not any(trainer.feed.manager.alive())
   _no_strays(before)
 
 
@@ -137,10 +137,10 @@ def test_rate_limiter_holds_samples_per_insert():
   spi = 16.0
   trainer = _trainer(samples_per_insert=spi, config=_config(max_opts=600))
   trainer.train()
-  sampled = trainer.learner.opt_steps * trainer.learner.batch_size
-  error = trainer.limiter.error(trainer.inserted, sampled)
-  assert abs(error) <= trainer.limiter.tolerance
-  ratio = sampled / (trainer.inserted - trainer.config.warmup_period)
+  sampled = trainer.learner.opt_steps * trainer.source.batch_size
+  error = trainer.source.limiter.error(trainer.loop.inserted, sampled)
+  assert abs(error) <= trainer.source.limiter.tolerance
+  ratio = sampled / (trainer.loop.inserted - trainer.config.warmup_period)
   assert ratio == pytest.approx(spi, rel=0.25)
 
 
@@ -151,8 +151,8 @@ def test_rate_limiter_holds_under_max_train_frequency():
   trainer = _trainer(samples_per_insert=spi, max_train_frequency=150.0,
                      config=_config(max_opts=300, duration=60))
   trainer.train()
-  sampled = trainer.learner.opt_steps * trainer.learner.batch_size
-  assert abs(trainer.limiter.error(trainer.inserted, sampled)) <= trainer.limiter.tolerance
+  sampled = trainer.learner.opt_steps * trainer.source.batch_size
+  assert abs(trainer.source.limiter.error(trainer.loop.inserted, sampled)) <= trainer.source.limiter.tolerance
 
 
 def test_rate_limiter_unit():
@@ -264,8 +264,8 @@ def test_central_inference_serves_actors(mode):
                      inference_device="cpu")
   summary = trainer.train()
   assert summary["opt_steps"] >= 400
-  assert trainer.inference.requests_served > 0
-  assert trainer.inference.batches <= trainer.inference.requests_served
-  assert trainer.order_errors == 0  # the server's versions only move forward too
-  assert max(v for v, _ in trainer.last_chunk.values()) > 0
+  assert trainer.feed.inference.requests_served > 0
+  assert trainer.feed.inference.batches <= trainer.feed.inference.requests_served
+  assert trainer.loop.order_errors == 0  # the server's versions only move forward too
+  assert max(v for v, _ in trainer.loop.last_chunk.values()) > 0
   _no_strays(before)

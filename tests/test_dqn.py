@@ -177,7 +177,7 @@ def test_update_compiles_once():
   for _ in range(5):
     state, metrics, priority = agent.update(
         state, _random_batch(rng, (2, 8)), np.ones((2, 8), np.float32))
-  assert agent.update._cache_size() == 1
+  assert agent._jitted_update._cache_size() == 1
   assert int(state.opt_steps) == 10
 
 
@@ -200,7 +200,7 @@ def test_greedy_actions_compile_once():
   greedy = jax.jit(chex.assert_max_traces(agent._greedy_actions, n=1))
   for _ in range(5):
     obs = rng.normal(size=(8, 4)).astype(np.float32)
-    agent.act(params, obs, 0.1, rng)
+    agent.act(params, obs, agent.fixed_epsilon(0.1), rng)[0]
     np.testing.assert_array_equal(greedy(params, obs), agent.greedy_actions(params, obs))
   assert agent.greedy_actions._cache_size() == 1
 
@@ -279,7 +279,7 @@ def test_act_greedy_equals_argmax_q():
   agent = _agent(num_actions=3)
   params = agent.init(jax.random.PRNGKey(3)).params
   obs = np.random.default_rng(0).normal(size=(256, 4)).astype(np.float32)
-  actions = agent.act(params, obs, 0.0, np.random.default_rng(0))
+  actions = agent.act(params, obs, agent.fixed_epsilon(0.0), np.random.default_rng(0))[0]
   np.testing.assert_array_equal(actions, np.argmax(agent.q_values(params, obs), axis=-1))
   assert actions.dtype == np.int64 and actions.shape == (256,)
   assert len(np.unique(actions)) > 1  # a test on distinct greedy actions, not a constant
@@ -298,7 +298,7 @@ def test_act_epsilon_one_is_uniform():
   obs = np.zeros((6000, 4), np.float32)  # one greedy action for all rows
   greedy = np.asarray(agent.greedy_actions(params, obs))
   assert len(np.unique(greedy)) == 1
-  _assert_uniform(agent.act(params, obs, 1.0, np.random.default_rng(0)), 3)
+  _assert_uniform(agent.act(params, obs, agent.fixed_epsilon(1.0), np.random.default_rng(0))[0], 3)
 
 
 def test_act_per_row_epsilon():
@@ -307,7 +307,7 @@ def test_act_per_row_epsilon():
   obs = np.zeros((6000, 4), np.float32)
   greedy = int(agent.greedy_actions(params, obs[:1])[0])
   epsilon = np.where(np.arange(6000) % 2 == 0, 0.0, 1.0)
-  actions = agent.act(params, obs, epsilon, np.random.default_rng(0))
+  actions = agent.act(params, obs, agent.fixed_epsilon(epsilon), np.random.default_rng(0))[0]
   assert np.all(actions[0::2] == greedy)
   _assert_uniform(actions[1::2], 3)
 

@@ -76,11 +76,11 @@ def test_killing_process_actors_mid_write_keeps_training():
     kills = 0
     while kills < 6 and time.monotonic() < deadline:
       time.sleep(rng.uniform(0.3, 1.0))
-      w = trainer.manager._workers[kills % 2]
-      if w is not None and w.is_alive() and trainer.chunks_ingested > marks.get("chunks", 0):
+      w = trainer.feed.manager._workers[kills % 2]
+      if w is not None and w.is_alive() and trainer.loop.chunks_ingested > marks.get("chunks", 0):
         os.kill(w.pid, signal.SIGKILL)
         kills += 1
-        marks["chunks"] = trainer.chunks_ingested
+        marks["chunks"] = trainer.loop.chunks_ingested
     marks.update(kills=kills, opt=trainer.learner.opt_steps, env=trainer.env_steps)
     # Once actors have restarted and trained on, end the run early (bounded test time).
     deadline = time.monotonic() + 25
@@ -100,7 +100,7 @@ def test_killing_process_actors_mid_write_keeps_training():
   assert summary["env_steps"] >= marks["env"] + 5_000, (summary, marks)
   assert summary["opt_steps"] >= marks["opt"] + 400, (summary, marks)
   assert wall < 105
-  assert not any(trainer.manager.alive())
+  assert not any(trainer.feed.manager.alive())
 
 
 # --- 2: NaN stops the run, no NaN checkpoint is written --------------------------------------
@@ -351,19 +351,19 @@ def test_chunk_bookkeeping_is_bounded_and_checks_order():
   trainer = _trainer(num_actors=1, config=_config(max_opts=100))
   example = ja.types.transition_example(*ja.envs.spaces_of(CARTPOLE))
   T = ja.Transition(*(np.repeat(np.asarray(x)[None], 4, 0) for x in example))
-  add = lambda version, seq, returns=(): trainer._add_chunk(
+  add = lambda version, seq, returns=(): trainer.loop.add_chunk(
       ja.Chunk(0, version, T, 4, returns, seq))
   trainer.learner.opt_steps = 10
   for seq in range(2_000):  # ca43e14 kept one list entry per chunk forever
     add(seq // 100, seq, (1.0,))
-  assert trainer.order_errors == 0 and trainer.last_chunk == {0: (19, 1999)}
-  assert trainer._lags == [-9, 10, sum(10 - s // 100 for s in range(2_000)), 2_000]
-  assert trainer._returns == [2_000.0, 2_000]
+  assert trainer.loop.order_errors == 0 and trainer.loop.last_chunk == {0: (19, 1999)}
+  assert trainer.loop._lags == [-9, 10, sum(10 - s // 100 for s in range(2_000)), 2_000]
+  assert trainer.loop._returns == [2_000.0, 2_000]
   add(19, 2_001)  # a lost chunk
   add(18, 2_002)  # a version going back
   add(19, 0)  # a restart starts again from 0
-  assert trainer.order_errors == 2
-  trainer.transport.close()
+  assert trainer.loop.order_errors == 2
+  trainer.feed.transport.close()
 
 
 # --- 6: bad input is one clear ConfigError, before anything runs ----------------------------

@@ -81,7 +81,7 @@ def test_every_option_is_described(helps, script):
   assert len(options) > 50, f"only {len(options)} options parsed from:\n{helps[script]}"
   prefix = "--agent." if script.endswith("dqn.py") else "--"
   for flag in ("--seed", "--gamma", "--max-opts", "--warmup-period", "--eval-interval",
-               f"{prefix}v-min", f"{prefix}eps-decay-steps", "--async.apex-alpha",
+               f"{prefix}v-min", f"{prefix}eps-decay-steps", f"{prefix}apex-alpha",
                "--async.max-restarts", "--async.inference-device"):
     assert flag in options, f"{flag} not found in {script} --help"
   undescribed = [flag for flag, (_, description) in options.items()
@@ -98,10 +98,10 @@ def test_no_rst_markup(helps, script):
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_string_choices_are_listed(helps, script):
   options = parse_options(helps[script])
-  torso = "--agent.torso" if script.endswith("dqn.py") else "--torso"
-  expected = {torso: "{auto,mlp,nature_cnn,minatar_cnn}",
+  prefix = "--agent." if script.endswith("dqn.py") else "--"
+  expected = {f"{prefix}torso": "{auto,mlp,nature_cnn,minatar_cnn}",
               "--async.actor-mode": "{thread,process}",
-              "--async.exploration": "{schedule,apex}",
+              f"{prefix}exploration": "{schedule,apex}",
               "--async.inference-device": "{default,cpu}"}
   for flag, choices in expected.items():
     head = options[flag][0]

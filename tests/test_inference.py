@@ -30,7 +30,7 @@ def test_batches_requests_and_answers_like_local_acting():
   answers = [None] * 3
 
   def ask(i):
-    answers[i] = server.client(i).policy_actions(obs[i], stop)
+    answers[i] = server.client(i).policy(obs[i], stop)
 
   threads = [threading.Thread(target=ask, args=(i,)) for i in range(3)]
   for t in threads:
@@ -52,10 +52,10 @@ def test_follows_new_publications_and_delay_bounds_waiting():
   stop = threading.Event()
   client = server.client(0)
   obs = np.ones((4, 4), np.float32)
-  _, v0 = client.policy_actions(obs, stop)  # a lone request is served after `delay`
+  _, v0 = client.policy(obs, stop)  # a lone request is served after `delay`
   new_params = jax.tree.map(lambda x: np.array(x) * -1.0, params)
   store.publish(ja.ModelInfo(9, new_params))
-  actions, v1 = client.policy_actions(obs, stop)
+  actions, v1 = client.policy(obs, stop)
   server.stop()
   assert (v0, v1) == (7, 9)
   np.testing.assert_array_equal(actions, np.asarray(agent.greedy_actions(new_params, obs)))
@@ -66,4 +66,4 @@ def test_stop_unblocks_a_waiting_client():
   _, _, server, _ = _setup(num_clients=1)  # never started: nobody answers
   stop = threading.Event()
   stop.set()
-  assert server.client(0).policy_actions(np.zeros((1, 4), np.float32), stop) is None
+  assert server.client(0).policy(np.zeros((1, 4), np.float32), stop) is None

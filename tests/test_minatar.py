@@ -14,7 +14,8 @@ from helpers import rainbow_module  # noqa: E402
 
 import jaxasync as ja  # noqa: E402
 from jaxasync.envs import ConfigError, spaces_of  # noqa: E402
-from jaxasync.networks import MinAtarCNN, QNetwork, default_torso  # noqa: E402
+from jaxasync.agents.q_network import QNetwork  # noqa: E402
+from jaxasync.networks import MinAtarCNN, default_torso  # noqa: E402
 
 
 def test_breakout_observations_and_spaces():

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from helpers import BOX4
 
-from jaxasync import DQN, DQNConfig, Learner, Transition
+from jaxasync import DQN, DQNConfig, ReplaySource, Transition
 from jaxasync.replay.prioritized import PrioritizedReplayBuffer, linear_beta
 from jaxasync.replay.sum_tree import SumTree
 
@@ -273,7 +273,7 @@ def test_each_of_k_batches_is_stratified_over_the_whole_buffer():
 
 
 def test_learner_gives_every_sgd_step_its_own_prioritized_batch():
-  """The Learner's k x B draw is k stratified batches (each spanning the buffer), not one
+  """The replay source's k x B draw is k stratified batches (each spanning the buffer), not one
   stratified k*B draw cut into age bands."""
   example = Transition(obs=np.zeros(4, np.float32), action=np.zeros((), np.int64),
                        reward=np.zeros((), np.float32), discount=np.zeros((), np.float32),
@@ -281,8 +281,8 @@ def test_learner_gives_every_sgd_step_its_own_prioritized_batch():
   replay = PrioritizedReplayBuffer(example, 1000, seed=0)
   replay.add(jax.tree.map(lambda x: np.zeros((1000,) + x.shape, x.dtype), example))
   agent = DQN(DQNConfig(hidden_sizes=(8,), batch_size=8), BOX4, gym.spaces.Discrete(2))
-  learner = Learner(agent, replay, seed=0, updates_per_call=4, batch_size=8)
-  batch, weights, (idx, _) = learner._sample()
+  source = ReplaySource(replay, batch_size=agent.batch_size, updates_per_call=4)
+  batch, weights, (idx, _) = source.sample(opt_steps=0)
   assert idx.shape == weights.shape == batch.reward.shape == (4, 8)
   for j in range(4):  # equal priorities: stratum i of 8 is slots [125 i, 125 (i + 1))
     np.testing.assert_array_equal(idx[j] // 125, np.arange(8))

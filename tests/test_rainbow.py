@@ -14,7 +14,8 @@ from helpers import host as _host
 from helpers import random_batch as _random_batch
 
 from jaxasync import DQN, ConfigError, DQNConfig, restore_checkpoint, save_checkpoint
-from jaxasync.networks import NoisyDense, QNetwork, factorized_noise, factorized_noise_scale
+from jaxasync.agents.q_network import (NoisyDense, QNetwork, factorized_noise,
+                                       factorized_noise_scale)
 
 
 def _agent(num_actions=2, **config):
@@ -163,7 +164,7 @@ def test_noisy_update(config):
     state, _, p = agent.update(state, jax.tree.map(lambda x: x[i:i + 1], batch), None)
     np.testing.assert_allclose(p[0], priority[i], rtol=1e-5, atol=1e-6)
   chex.assert_trees_all_close(_host(state), _host(new), rtol=1e-5, atol=1e-6)
-  assert agent.update._cache_size() == 2  # one shape each for k=3 and k=1, no retracing
+  assert agent._jitted_update._cache_size() == 2  # one shape each for k=3 and k=1, no retracing
 
 
 def test_update_uses_independent_noise_for_each_forward_pass():
@@ -217,17 +218,17 @@ def test_noisy_act_explores_with_noise_and_evaluates_with_the_mean_network():
   assert len(np.unique(mean_greedy)) > 1
   # explore=False: the mean network, every call; epsilon 0 means no random actions.
   for _ in range(3):
-    np.testing.assert_array_equal(agent.act(params, obs, 0.0, rng, explore=False), mean_greedy)
+    np.testing.assert_array_equal(agent.act(params, obs, agent.fixed_epsilon(0.0), rng, explore=False)[0], mean_greedy)
   np.testing.assert_array_equal(agent.greedy_actions(params, obs), mean_greedy)
   # explore=True (the default): a fresh noise sample per call, even with epsilon = 0.
-  draws = np.stack([agent.act(params, obs, 0.0, rng) for _ in range(10)])
+  draws = np.stack([agent.act(params, obs, agent.fixed_epsilon(0.0), rng)[0] for _ in range(10)])
   assert draws.dtype == np.int64 and draws.shape == (10, 64)
   assert len({d.tobytes() for d in draws}) > 1  # the same obs get different actions
   assert np.any(draws != mean_greedy)
   assert np.mean(draws == mean_greedy) > 0.3  # noise perturbs the mean network, not replaces it
   # Reproducible from the numpy generator's state; one compiled function for noisy acting.
-  a = agent.act(params, obs, 0.0, np.random.default_rng(7))
-  np.testing.assert_array_equal(a, agent.act(params, obs, 0.0, np.random.default_rng(7)))
+  a = agent.act(params, obs, agent.fixed_epsilon(0.0), np.random.default_rng(7))[0]
+  np.testing.assert_array_equal(a, agent.act(params, obs, agent.fixed_epsilon(0.0), np.random.default_rng(7))[0])
   assert agent.noisy_greedy_actions._cache_size() == 1
 
 
@@ -236,7 +237,7 @@ def test_noisy_act_still_applies_epsilon():
   params = agent.init(jax.random.PRNGKey(0)).params
   obs = np.zeros((3000, 4), np.float32)
   for explore in (True, False):
-    actions = agent.act(params, obs, 1.0, np.random.default_rng(0), explore=explore)
+    actions = agent.act(params, obs, agent.fixed_epsilon(1.0), np.random.default_rng(0), explore=explore)[0]
     counts = np.bincount(actions, minlength=3)
     assert counts.min() > 800, counts  # uniform, whatever the network says
 

@@ -1,19 +1,20 @@
-"""DQN and its Rainbow-style extensions as pure functions over pytrees.
+"""DQN and its Rainbow-style extensions: an ``Agent`` (``jaxasync.agent``) over pure functions.
 
-``DQN`` bundles three jitted functions:
-  * ``greedy_actions(params, obs)``: argmax of Q on whatever device ``params``
-    live on (actors commit their copy to the CPU);
-  * ``act(params, obs, epsilon, rng, explore=True)``: epsilon-greedy in numpy
-    around it, so the jitted call is the only dispatch per vector step;
-  * ``update(state, batch, weights)``: ``k`` SGD steps in one call (``lax.scan``)
-    on the default device, since per-call dispatch dominates small updates.
+The contract's pieces:
+  * ``policy(params, obs, rng, explore)``: greedy actions, one jitted call on whatever device
+    ``params`` live on (actors commit their copy to the CPU; SEED inference servers run it for
+    many actors at once);
+  * ``select(actions, actor_state, rng)``: epsilon-greedy in numpy around it (the schedule, an
+    Ape-X ladder slice, or the evaluation epsilon: ``EpsilonState``);
+  * ``update(state, batch, weights)``: ``k`` SGD steps in one call (``lax.scan``) on the default
+    device, since per-call dispatch dominates small updates; its feedback is the new priorities.
 
-With ``DQNConfig(noisy=True)`` the Q head is made of ``NoisyDense`` layers
-(NoisyNet): all noise comes from explicit PRNG keys. ``act`` draws a fresh noise
-sample per call from a seed it takes from the numpy ``rng`` (``explore=False``:
-the mean network, for evaluation), ``update`` splits ``DQNState.key`` per SGD step
-into independent keys for online(obs), online(next_obs) and target(next_obs), and
-``epsilon()`` is 0 (noise replaces epsilon-greedy).
+With ``DQNConfig(noisy=True)`` the Q head is made of ``NoisyDense`` layers (NoisyNet): all
+noise comes from explicit PRNG keys. ``policy`` draws a fresh noise sample per call from a seed
+it takes from the numpy ``rng`` (``explore=False``: the mean network, for evaluation),
+``update`` splits ``DQNState.key`` per SGD step into independent keys for online(obs),
+online(next_obs) and target(next_obs), and the epsilon schedule is 0 (noise replaces
+epsilon-greedy).
 """
 
 from __future__ import annotations
@@ -30,8 +31,12 @@ import numpy as np
 import optax
 import rlax
 
+from jaxasync.agent import ActorContext, Agent, DataSpec
+from jaxasync.agents.exploration import (EpsilonState, apex_epsilons, epsilon_greedy,
+                                         linear_epsilon)
 from jaxasync.envs import ConfigError, check_discrete_q_spaces
-from jaxasync.networks import TORSOS, QNetwork, Torso, check_torso, default_torso
+from jaxasync.agents.q_network import QNetwork
+from jaxasync.networks import TORSOS, Torso, check_torso, default_torso
 from jaxasync.types import Transition
 
 PyTree = Any
@@ -66,6 +71,12 @@ class DQNConfig:
     eps_end: epsilon-greedy exploration after eps_decay_steps.
     eps_decay_steps: env steps (all envs together) over which epsilon falls linearly from
       eps_start to eps_end.
+    exploration: 'schedule' (every actor follows eps_start -> eps_end) or 'apex' (a fixed
+      Ape-X epsilon ladder over all sub-envs of all actors).
+    apex_epsilon: Ape-X ladder base: sub-env i of N explores with epsilon
+      apex_epsilon^(1 + apex_alpha * i / (N - 1)).
+    apex_alpha: Ape-X ladder exponent (see apex_epsilon).
+    eval_epsilon: epsilon-greedy exploration during evaluation (0: greedy).
     noisy: NoisyNet head(s) (factorized Gaussian) instead of epsilon-greedy exploration;
       epsilon() is then 0.
     noisy_sigma0: initial noise scale sigma0 of the noisy layers (0.5 in Rainbow).
@@ -90,6 +101,10 @@ class DQNConfig:
   eps_start: float = 1.0
   eps_end: float = 0.05
   eps_decay_steps: int = 10_000
+  exploration: Literal["schedule", "apex"] = "schedule"
+  apex_epsilon: float = 0.4
+  apex_alpha: float = 7.0
+  eval_epsilon: float = 0.0
   noisy: bool = False
   noisy_sigma0: float = 0.5
 
@@ -108,8 +123,14 @@ class DQNConfig:
       raise ConfigError(
           f"num_atoms={self.num_atoms}, v_min={self.v_min}, v_max={self.v_max}: need "
           "num_atoms >= 1 and v_min < v_max.")
-    if not (0.0 <= self.eps_end <= 1.0 and 0.0 <= self.eps_start <= 1.0):
-      raise ConfigError("eps_start and eps_end must be in [0, 1].")
+    if not (0.0 <= self.eps_end <= 1.0 and 0.0 <= self.eps_start <= 1.0
+            and 0.0 <= self.eval_epsilon <= 1.0):
+      raise ConfigError("eps_start and eps_end must be in [0, 1], and so must eval_epsilon.")
+    if self.exploration not in ("schedule", "apex"):
+      raise ConfigError(f"exploration must be 'schedule' or 'apex', got {self.exploration!r}.")
+    if self.exploration == "apex" and self.noisy:
+      raise ConfigError("exploration='apex' adds an epsilon ladder on top of noisy nets; use "
+                        "exploration='schedule' (noisy agents explore through their noise).")
     if not 0.0 < self.learning_rate < float("inf"):  # (also refuses NaN)
       raise ConfigError(f"learning_rate must be a finite number > 0, got {self.learning_rate}.")
     if not (self.learning_rate_end >= 0 and self.learning_rate_decay_steps >= 0):
@@ -142,24 +163,7 @@ def learning_rate_schedule(config: DQNConfig) -> optax.ScalarOrSchedule:
                                config.learning_rate_decay_steps)
 
 
-def linear_epsilon(env_steps: int, start: float, end: float, decay_steps: int) -> float:
-  """Linearly anneals from ``start`` to ``end`` over ``decay_steps`` env steps (plain Python)."""
-  frac = min(1.0, env_steps / max(1, decay_steps))
-  return start + frac * (end - start)
-
-
-def epsilon_greedy(actions: np.ndarray, epsilon: float | np.ndarray, num_actions: int,
-                   rng: np.random.Generator) -> np.ndarray:
-  """Replaces each of ``actions`` ``[B]`` by a uniform one with probability ``epsilon``
-  (scalar or ``[B]``), in numpy: no device round trip on the actor's path."""
-  n = actions.shape[0]
-  explore = rng.random(n) < epsilon
-  if explore.any():
-    actions = np.where(explore, rng.integers(0, num_actions, n), actions)
-  return actions
-
-
-class DQN:
+class DQN(Agent):
   """Double DQN with optional dueling and C51 heads, for Box observations and Discrete actions.
 
   Args:
@@ -175,6 +179,8 @@ class DQN:
     check_torso(config.torso, obs_space.shape, env_id)
     self.config = config
     self.obs_space, self.action_space = obs_space, action_space
+    self.batch_size = config.batch_size
+    self.data = DataSpec(collector="transitions", source="replay")
     self.num_actions = int(action_space.n)
     self.network = QNetwork(
         num_actions=self.num_actions,
@@ -188,7 +194,7 @@ class DQN:
     self.atoms = jnp.linspace(config.v_min, config.v_max, config.num_atoms)
     self.greedy_actions = jax.jit(self._greedy_actions)
     self.noisy_greedy_actions = jax.jit(self._noisy_greedy_actions)
-    self.update = jax.jit(self._update, donate_argnums=0)
+    self._jitted_update = jax.jit(self._update, donate_argnums=0)
 
   # --- init / params -------------------------------------------------------
   def init(self, key: chex.PRNGKey) -> DQNState:
@@ -239,30 +245,60 @@ class DQN:
     key = jax.random.PRNGKey(seed)
     return jnp.argmax(self.q_values(params, obs, key), axis=-1).astype(jnp.int32)
 
-  def policy_actions(self, params: PyTree, obs: np.ndarray, rng: np.random.Generator,
-                     explore: bool = True) -> np.ndarray:
-    """The network's actions ``[B]`` before epsilon: one jitted call on ``params``' device.
+  def policy(self, params: PyTree, obs: np.ndarray, rng: np.random.Generator,
+             explore: bool = True) -> np.ndarray:
+    """The network's greedy actions ``[B]`` (before epsilon): one jitted call on ``params``'
+    device.
 
     For a noisy agent, ``explore=True`` acts greedily under a fresh noise sample (its seed
     drawn from ``rng``) and ``explore=False`` under the mean network (evaluation);
-    ``explore`` does nothing for a non-noisy agent. (The central ``InferenceServer`` runs
-    this; actors then apply their own epsilon.)
+    ``explore`` does nothing for a non-noisy agent.
     """
     if self.config.noisy and explore:
       seed = np.uint32(rng.integers(2 ** 31))
       return np.asarray(self.noisy_greedy_actions(params, obs, seed))
     return np.asarray(self.greedy_actions(params, obs))
 
-  def act(self, params: PyTree, obs: np.ndarray, epsilon: float | np.ndarray,
-          rng: np.random.Generator, explore: bool = True) -> np.ndarray:
-    """Epsilon-greedy actions ``[B]`` for observations ``[B, *obs_shape]``.
+  def initial_actor_state(self, context: ActorContext) -> EpsilonState:
+    """Epsilon-greedy state: the evaluation epsilon, an Ape-X ladder slice (sub-env ``i`` of
+    actor ``a`` is rung ``a * num_envs + i`` of the run's ladder), or the schedule, continued
+    from the actor's ``env_steps`` (the run's steps estimated as its own times the actors)."""
+    c = self.config
+    steps_per_call = context.num_envs * context.num_actors
+    fixed = None
+    if context.evaluation:
+      fixed = c.eval_epsilon
+    elif c.exploration == "apex":
+      ladder = apex_epsilons(context.num_envs * context.num_actors, c.apex_epsilon, c.apex_alpha)
+      start = context.actor_id * context.num_envs
+      fixed = ladder[start:start + context.num_envs]
+    return EpsilonState(context.env_steps * context.num_actors, steps_per_call, fixed)
 
-    ``epsilon`` is a scalar or one value per row (per-env exploration), applied on top of
-    ``policy_actions`` (``epsilon()`` is 0 for noisy agents).
-    """
-    actions = self.policy_actions(params, obs, rng, explore)
-    return epsilon_greedy(actions, epsilon, self.num_actions, rng).astype(
-        self.action_space.dtype, copy=False)
+  def fixed_epsilon(self, epsilon: float | np.ndarray) -> EpsilonState:
+    """An actor state that explores with ``epsilon`` (scalar or ``[B]``) at every step."""
+    return EpsilonState(0, 0, epsilon)
+
+  def select(self, actions: np.ndarray, actor_state: EpsilonState, rng: np.random.Generator
+             ) -> tuple[np.ndarray, None, EpsilonState]:
+    """Epsilon-greedy on top of ``policy``'s greedy ``actions`` ``[B]``; no extras."""
+    eps = actor_state.fixed
+    if eps is None:
+      eps = self.epsilon(actor_state.env_steps)
+    if actor_state.steps_per_call:
+      actor_state = actor_state._replace(
+          env_steps=actor_state.env_steps + actor_state.steps_per_call)
+    actions = epsilon_greedy(actions, eps, self.num_actions, rng)
+    return actions.astype(self.action_space.dtype, copy=False), None, actor_state
+
+  def actor_metrics(self, actor_state: EpsilonState) -> dict[str, float]:
+    eps = actor_state.fixed
+    if eps is None:
+      eps = self.epsilon(actor_state.env_steps)
+    return {"epsilon": float(np.mean(eps))}
+
+  def divergence_hint(self) -> str:
+    return (f"Lower the learning rate (now {self.config.learning_rate:g}), e.g. 10x, or check "
+            "the env's rewards and observations for NaN or huge values.")
 
   # --- learning ------------------------------------------------------------
   def loss(self, params: PyTree, target_params: PyTree, batch: Transition,
@@ -319,6 +355,15 @@ class DQN:
       metrics["noise_sigma_mean"] = _mean_abs_sigma(params)
     return DQNState(params=params, target_params=target, opt_state=opt_state,
                     opt_steps=opt_steps, key=key), (priority, metrics)
+
+  def update(self, state: DQNState, batch: Transition, weights: jnp.ndarray | None = None
+             ) -> tuple[DQNState, dict, jnp.ndarray]:
+    """``k`` SGD steps over ``batch`` (leaves ``[k, B, ...]``), jitted, ``state`` donated.
+
+    Returns the new state, metrics averaged over the ``k`` steps, and the new priorities
+    ``[k, B]`` (|TD error|, or the C51 cross-entropy) as the data source's feedback.
+    """
+    return self._jitted_update(state, batch, weights)
 
   def _update(self, state: DQNState, batch: Transition,
               weights: jnp.ndarray | None = None) -> tuple[DQNState, dict, jnp.ndarray]:

@@ -63,6 +63,11 @@ class ReplayBuffer:
     return self._added_total
 
   @property
+  def rng_state(self) -> dict:
+    """The sampling generator's state (for checkpoint metadata)."""
+    return self._rng.bit_generator.state
+
+  @property
   def nbytes(self) -> int:
     """Bytes held by the preallocated storage."""
     return sum(x.nbytes for x in self._storage)

@@ -1,0 +1,208 @@
+"""Fixed-length, time-major unrolls for on-policy learners (IMPALA's V-trace, PPO).
+
+Time indexing follows dm_env / rlax: timestep ``t`` is what arrives with observation
+``t`` (the reward and discount of the step that led to it, whether it starts or ends an
+episode), plus the action and policy outputs chosen at it. A learner pairs consecutive
+timesteps ``(t - 1 -> t)``; for V-trace over an unroll ``u`` of length ``T``::
+
+  v_tm1 = V(u.obs[:-1])             # [T, B]
+  v_t = V(u.obs[1:])                # [T, B]
+  a_tm1, behaviour = u.action[:-1], u.extras[:-1]   # e.g. behaviour logits
+  r_t = u.reward[1:]
+  discount_t = gamma * u.discount[1:]
+  mask = ~u.first[1:]               # pairs that are real transitions
+
+A pair with ``first[t]`` goes from an episode's last observation to the next one's reset
+observation: it is no transition, and the learner must zero its losses and cut the
+V-trace recursion there (multiply the importance weights ``rho`` and ``c`` by ``mask``,
+so ``vs - V`` is 0 at that pair and nothing of the next episode flows back).
+
+A terminated episode has ``discount = 0`` at its last timestep: nothing is bootstrapped.
+A truncated one (a time limit) keeps ``discount = 1``: its state was not terminal, so its
+return continues past the cut and the learner bootstraps from ``V(obs[t])``, where
+``obs[t]`` is the true final observation (gymnasium's ``NEXT_STEP`` autoreset returns it
+from the done step and the reset observation only from the step after).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+
+class Unroll(NamedTuple):
+  """``T + 1`` timesteps of ``B`` sub-envs, every leaf time-major ``[T + 1, B, ...]``.
+
+  Consecutive unrolls of one collector share their boundary: entry ``T`` of one is
+  entry 0 of the next. Entry ``T``'s ``action`` and ``extras`` are zeros, placeholders
+  (not yet chosen when the unroll is emitted) that a learner must not use; the next
+  unroll's entry 0 holds the real ones.
+
+  Attributes:
+    obs: observation of timestep ``t``, ``[T + 1, B, *obs_shape]``.
+    action: action taken at ``obs[t]``, ``[T + 1, B, *action_shape]``.
+    extras: pytree, leaves ``[T + 1, B, ...]``: the behaviour policy's outputs at
+      ``obs[t]`` (e.g. logits), passed through untouched.
+    reward: reward that arrived with ``obs[t]`` (from the action at ``t - 1``),
+      ``[T + 1, B]`` float32; 0 at a first timestep.
+    discount: 0 if the episode terminated on arriving at ``obs[t]``, else 1,
+      ``[T + 1, B]`` float32 (``gamma`` is the learner's business).
+    first: ``obs[t]`` starts an episode (a reset or autoreset observation),
+      ``[T + 1, B]`` bool: the pair ``(t - 1 -> t)`` is no transition.
+    last: ``obs[t]`` ends an episode (terminated or truncated on arriving at it),
+      ``[T + 1, B]`` bool: the action at ``t`` is the env's ignored autoreset action.
+  """
+
+  obs: np.ndarray
+  action: np.ndarray
+  extras: Any
+  reward: np.ndarray
+  discount: np.ndarray
+  first: np.ndarray
+  last: np.ndarray
+
+
+class UnrollCollector:
+  """Turns the steps of a gymnasium 1.x vector env (``NEXT_STEP`` autoreset) into unrolls.
+
+  The storage ``[T + 1, B, ...]`` is allocated once; ``step`` writes one row and every
+  ``T`` steps emits a copy and moves row ``T`` to row 0 (the shared boundary).
+
+  Episode ends, for a sub-env done (terminated or truncated) at a step:
+    * that step's timestep has ``last = True``, ``obs`` = the true final observation and
+      ``discount = 0`` if terminated, else 1;
+    * the next step is the env's autoreset step (its action ignored): its timestep has
+      ``first = True``, ``reward = 0``, ``discount = 1``, ``last = False`` and the reset
+      observation, whatever the env reported.
+
+  Args:
+    num_envs: sub-envs ``B`` in the vector env.
+    obs_example: one observation (no batch axis) giving shape and dtype.
+    action_example: one action (no batch axis) giving shape and dtype.
+    extras_example: a pytree of arrays (no batch axis), the policy outputs stored per
+      step (e.g. ``{"logits": np.zeros(A, np.float32)}``); ``None`` for none.
+    unroll_length: ``T >= 1``, the steps per unroll.
+  """
+
+  def __init__(self, num_envs: int, obs_example: np.ndarray, action_example: np.ndarray,
+               extras_example: Any, unroll_length: int):
+    if num_envs < 1:
+      raise ValueError(f"num_envs must be >= 1, got {num_envs}.")
+    if unroll_length < 1:
+      raise ValueError(f"unroll_length must be >= 1, got {unroll_length}.")
+    obs_example, action_example = np.asarray(obs_example), np.asarray(action_example)
+    self.num_envs, self.unroll_length = num_envs, unroll_length
+    self._obs_shape = (num_envs,) + obs_example.shape
+    self._act_shape = (num_envs,) + action_example.shape
+    rows = (unroll_length + 1, num_envs)
+    self._obs = np.zeros(rows + obs_example.shape, obs_example.dtype)
+    self._act = np.zeros(rows + action_example.shape, action_example.dtype)
+    leaves, self._extras_def = jax.tree.flatten(extras_example)
+    self._extras = [np.zeros(rows + np.shape(x), np.asarray(x).dtype) for x in leaves]
+    self._rew = np.zeros(rows, np.float32)
+    self._disc = np.ones(rows, np.float32)
+    self._first = np.zeros(rows, bool)
+    self._last = np.zeros(rows, bool)
+    self._t = 0  # the row of the timestep to act on next
+    self._current_obs: np.ndarray | None = None
+    self._autoreset = np.zeros(num_envs, bool)  # the next step is an autoreset step
+    self._ep_return = np.zeros(num_envs, np.float64)
+    self._finished_returns: list[float] = []
+
+  @property
+  def obs(self) -> np.ndarray:
+    """The observations the policy should act on next, ``[B, *obs_shape]`` (a copy)."""
+    return self._current_obs
+
+  def pop_episode_returns(self) -> list[float]:
+    """Undiscounted returns of the episodes completed since the last call."""
+    out, self._finished_returns = self._finished_returns, []
+    return out
+
+  def reset(self, obs: np.ndarray) -> None:
+    """Starts from the observations of ``env.reset()``, ``[B, *obs_shape]``.
+
+    Any partly collected unroll is dropped; the new one starts at this timestep.
+    """
+    obs = self._check("obs", obs, self._obs_shape)
+    self._t = 0
+    self._obs[0] = obs
+    self._rew[0], self._disc[0], self._first[0], self._last[0] = 0.0, 1.0, True, False
+    self._current_obs = self._obs[0].copy()
+    self._autoreset[:] = False
+    self._ep_return[:] = 0.0
+
+  def step(self, action: np.ndarray, reward: np.ndarray, next_obs: np.ndarray,
+           terminated: np.ndarray, truncated: np.ndarray, extras: Any = None
+           ) -> Unroll | None:
+    """Consumes one vector-env step; returns an ``Unroll`` every ``T``-th call.
+
+    Args:
+      action: actions chosen at ``self.obs``, ``[B, *action_shape]``.
+      reward, terminated, truncated: from ``env.step``, ``[B]``.
+      next_obs: observations from ``env.step``, ``[B, *obs_shape]``.
+      extras: the policy's outputs at ``self.obs``, a pytree shaped as
+        ``extras_example`` with a leading ``[B]`` axis on every leaf.
+
+    Returns:
+      ``None``, or the ``Unroll`` (a copy) this step completes.
+    """
+    if self._current_obs is None:
+      raise RuntimeError("UnrollCollector.step called before reset(obs).")
+    action = self._check("action", action, self._act_shape)
+    next_obs = self._check("next_obs", next_obs, self._obs_shape)
+    reward = self._check("reward", reward, (self.num_envs,))
+    terminated = self._check("terminated", terminated, (self.num_envs,)).astype(bool)
+    truncated = self._check("truncated", truncated, (self.num_envs,)).astype(bool)
+    leaves, treedef = jax.tree.flatten(extras)
+    if treedef != self._extras_def:
+      raise ValueError(f"extras has structure {treedef}; extras_example had "
+                       f"{self._extras_def}.")
+    leaves = [self._check("an extras leaf", x, buf.shape[1:])
+              for buf, x in zip(self._extras, leaves)]
+    t = self._t  # (everything checked: a bad call leaves no trace)
+    self._act[t] = action
+    for buf, x in zip(self._extras, leaves):
+      buf[t] = x
+
+    # An autoreset step is no transition: whatever the env reports, its timestep starts
+    # an episode (gymnasium gives reward 0 and done False there; we enforce it).
+    real = ~self._autoreset
+    reward = np.where(real, reward, 0.0)
+    terminated &= real
+    done = (terminated | truncated) & real
+    self._obs[t + 1] = next_obs
+    self._rew[t + 1] = reward
+    self._disc[t + 1] = np.where(terminated, np.float32(0.0), np.float32(1.0))
+    self._first[t + 1] = self._autoreset
+    self._last[t + 1] = done
+    self._current_obs = np.array(next_obs, dtype=self._obs.dtype)
+
+    self._ep_return += reward
+    if done.any():
+      self._finished_returns.extend(self._ep_return[done].tolist())
+      self._ep_return[done] = 0.0
+    self._autoreset = done
+    self._t = t + 1
+    if self._t < self.unroll_length:
+      return None
+    # Rows 0..T-1 of action/extras are written above; row T never is, so it stays zeros
+    # (the documented placeholder) in every copy.
+    out = Unroll(obs=self._obs.copy(), action=self._act.copy(),
+                 extras=jax.tree.unflatten(self._extras_def, [x.copy() for x in self._extras]),
+                 reward=self._rew.copy(), discount=self._disc.copy(),
+                 first=self._first.copy(), last=self._last.copy())
+    for buf in (self._obs, self._rew, self._disc, self._first, self._last):
+      buf[0] = buf[-1]  # the boundary timestep starts the next unroll
+    self._t = 0
+    return out
+
+  @staticmethod
+  def _check(name: str, x: Any, shape: tuple[int, ...]) -> np.ndarray:
+    x = np.asarray(x)
+    if x.shape != shape:
+      raise ValueError(f"{name} has shape {x.shape}, expected {shape} ([num_envs] + the "
+                       f"example's shape).")
+    return x

@@ -1,0 +1,216 @@
+"""The run's books: evaluations, best and periodic checkpoints, stop requests, the summary."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from jaxasync.checkpoint import claim_run_dir, save_checkpoint
+from jaxasync.faults import NonFiniteError, Watchdog, all_finite, logger
+from jaxasync.learner import Learner
+from jaxasync.recorder import Recorder
+
+
+class RunLedger:
+  """The run's books, kept by the learner loop: evaluations and the best one (saved as ``best``),
+  numbered and final checkpoints, stop requests and signals, the error that ended the run, the
+  summary. (Not the run's state: that is the agent state, the counters and the data source.)"""
+
+  def __init__(self, config, learner: Learner, recorder: Recorder,
+               extra_meta: dict | None = None):
+    self.config, self.learner, self.recorder = config, learner, recorder
+    self.best_eval_reward = -np.inf
+    self.final_eval_reward = np.nan
+    self.solved_at: dict | None = None
+    self.evals: list[dict] = []
+    self.extra_meta = extra_meta or {}
+    self.start = time.perf_counter()
+    self.model_dir = Path(config.model_dir) if config.model_dir else None
+    if self.model_dir is not None:  # (event files are the recorder's: its caller checks them)
+      claim_run_dir(self.model_dir, config.overwrite, events=False)
+    self._stop_at = float("inf")
+    self.interrupted = False
+    self.error: str | None = None  # what ended the run, for the summary
+    self.failure: BaseException | None = None  # set by the watchdog thread
+    self.warnings: list[str] = []
+    self.last_checkpoint: Path | None = None  # the last numbered or final one written
+
+  def request_stop(self, after_s: float = 0.0) -> None:
+    """Ends the run ``after_s`` seconds from now (thread-safe: a float assignment)."""
+    self._stop_at = time.perf_counter() + after_s
+
+  @contextlib.contextmanager
+  def stop_on_sigint(self):
+    """Within it, a first Ctrl-C or SIGTERM (what ``timeout``, ``docker stop`` and job
+    schedulers send) ends the run after the update in flight (so the learner's donated state
+    is never lost mid-swap) and the trainer stops its actors, saves ``final`` and the summary
+    as usual; a second one raises ``KeyboardInterrupt``. Only in the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+      yield
+      return
+
+    def on_signal(signum, frame):
+      if self.failure is not None:  # the watchdog interrupts a main thread stuck in env.step
+        raise self.failure
+      if self.interrupted:
+        raise KeyboardInterrupt
+      self.interrupted = True
+      self.request_stop()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+      yield
+    finally:
+      for s, handler in previous.items():
+        signal.signal(s, handler)
+
+  def fail(self, error: BaseException) -> None:
+    """Ends the run with ``error`` (from any thread): the loop stops and raises it."""
+    self.failure = error
+    self.request_stop()
+
+  def watchdog(self, progress, stage, interrupt_main=None) -> Watchdog:
+    """A started ``Watchdog`` for this run. ``interrupt_main()`` says whether the main thread
+    may be interrupted (it is stuck in env.step): the watchdog then signals it, and the signal
+    handler of ``stop_on_sigint`` raises the ``StallError`` there."""
+    main = threading.main_thread().ident
+
+    def fail(error):
+      self.fail(error)
+      if interrupt_main is not None and interrupt_main():
+        signal.pthread_kill(main, signal.SIGINT)
+
+    c = self.config
+    dog = Watchdog(progress, stage, fail, c.stall_warning, c.stall_timeout, c.duration)
+    dog.warnings = self.warnings
+    return dog.start()
+
+  def record_error(self, error: BaseException | None) -> None:
+    """Keeps what ended the run (the first error) for the summary's ``error``."""
+    if error is not None and self.error is None:
+      self.error = f"{type(error).__name__}: {error}"
+
+  def should_stop(self, env_steps: int) -> bool:
+    """``max_opts``, ``max_env_steps``, ``duration``, ``target_eval_reward`` or a requested stop."""
+    c = self.config
+    return (self.learner.opt_steps >= c.max_opts
+            or time.perf_counter() >= self._stop_at
+            or (c.max_env_steps is not None and env_steps >= c.max_env_steps)
+            or (c.duration is not None and time.perf_counter() - self.start >= c.duration)
+            or self.solved_at is not None)
+
+  def save(self, name: str, counters: dict) -> None:
+    if self.model_dir is None:
+      return
+    # numpy RNG states (replay sampling, exploration: the caller's ``counters["rng_states"]``)
+    # go in the meta; the JAX key is part of the agent state.
+    meta = {"opt_steps": self.learner.opt_steps, "best_eval_reward": self.best_eval_reward,
+            **counters, **self.extra_meta}
+    self.check_finite(self.learner.state, f"checkpoint {name!r}")
+    self.last_checkpoint = save_checkpoint(self.model_dir / name, self.learner.state, meta)
+    keep = self.config.keep_checkpoints
+    numbered = sorted((p for p in self.model_dir.iterdir() if p.is_dir() and p.name.isdigit()),
+                      key=lambda p: int(p.name))
+    for old in numbered[:-keep] if keep > 0 else []:
+      shutil.rmtree(old, ignore_errors=True)
+
+  def check_finite(self, state, what: str) -> None:
+    """Raises ``NonFiniteError`` instead of letting non-finite ``state`` be saved as ``what``."""
+    if all_finite(state):
+      return
+    last = (f" The last checkpoint written, {self.last_checkpoint}, is the last good one."
+            if self.last_checkpoint is not None else "")
+    raise NonFiniteError(
+        f"the agent state has NaN or infinite values at SGD step {self.learner.opt_steps}: "
+        f"training diverged, {what} was not written.{last} {self.learner.agent.divergence_hint()}")
+
+  def on_eval(self, reward: float, opt_steps: int, env_steps: int, params_version: int,
+              state_for_best=None, wall_s: float | None = None) -> None:
+    """Records an evaluation of the params of ``opt_steps`` (taken at ``wall_s`` seconds into
+    the run; default: now); saves ``best`` when it improves."""
+    self.final_eval_reward = reward
+    wall = time.perf_counter() - self.start if wall_s is None else wall_s
+    self.evals.append({"opt_steps": opt_steps, "env_steps": env_steps, "wall_s": wall,
+                       "eval_reward": reward, "params_version": params_version})
+    self.recorder.record(opt_steps, {"eval_reward": reward})
+    if reward > self.best_eval_reward:
+      if self.model_dir is not None:
+        # Only here: an async evaluation runs in its own thread and is handed a host copy
+        # (``state_for_best``) exactly when there is a model_dir; the learner's own state may
+        # be donated to the next update call under its feet.
+        state = state_for_best if state_for_best is not None else self.learner.state
+        self.check_finite(state, "best")
+      self.best_eval_reward = reward
+      if self.model_dir is not None:
+        save_checkpoint(self.model_dir / "best", state,
+                        {"opt_steps": params_version, "eval_reward": reward,
+                         "env_steps": env_steps, **self.extra_meta})
+    target = self.config.target_eval_reward
+    if target is not None and reward >= target and self.solved_at is None:
+      self.solved_at = {"env_steps": env_steps, "opt_steps": opt_steps, "wall_s": wall}
+
+  def evaluate_final(self, evaluate: Callable[[], float], env_steps: int) -> None:
+    """Ends the run with ``evaluate()`` of its final params, so that ``final_eval_reward`` is
+    always the return of what ``final`` holds: when evaluation is on, SGD steps were taken
+    since the last evaluation and the run was not interrupted."""
+    opt = self.learner.opt_steps
+    if (self.config.eval_interval > 0 and opt > 0 and not self.interrupted
+        and (not self.evals or self.evals[-1]["opt_steps"] < opt)):
+      self.on_eval(evaluate(), opt, env_steps, opt)
+
+  def summary(self, samples_total: int, env_steps: int, extra: dict | None = None) -> dict:
+    wall = time.perf_counter() - self.start
+    opt = self.learner.opt_steps
+    out = {
+        "samples_total": samples_total, "env_steps": env_steps, "opt_steps": opt,
+        "wall_s": wall, "samples_per_sec": samples_total / wall,
+        "opt_steps_per_sec": opt / wall,
+        "samples_per_opt_steps": samples_total / opt if opt else float("nan"),
+        "best_eval_reward": float(self.best_eval_reward),
+        "final_eval_reward": float(self.final_eval_reward),
+        "final_eval_opt_steps": self.evals[-1]["opt_steps"] if self.evals else None,
+        "seed": self.config.seed,
+        "solved_at": self.solved_at, "evals": self.evals, "interrupted": self.interrupted,
+        "error": self.error, "warnings": self.warnings,
+    }
+    if opt == 0 and self.error is None:
+      msg = (f"the run ended without a single SGD step ({env_steps} env steps collected, "
+             f"warmup_period={self.config.warmup_period}): nothing was learned. Lower "
+             "--warmup-period or run longer.")
+      if msg not in self.warnings:
+        self.warnings.append(msg)
+        logger.warning(msg)
+    out.update(extra or {})
+    return out
+
+  def write_summary(self, summary: dict) -> None:
+    if self.model_dir is not None:
+      self.model_dir.mkdir(parents=True, exist_ok=True)
+      path = self.model_dir / "summary.json"
+      tmp = path.with_suffix(".json.tmp")
+      # Strict JSON: NaN and +-inf (no evaluation yet, a diverged loss) become null.
+      tmp.write_text(json.dumps(_json_safe(summary), indent=1, allow_nan=False))
+      tmp.replace(path)
+
+
+def _json_safe(x):
+  """``x`` with numpy scalars as Python numbers and non-finite floats as ``None``."""
+  if isinstance(x, dict):
+    return {str(k): _json_safe(v) for k, v in x.items()}
+  if isinstance(x, (list, tuple)):
+    return [_json_safe(v) for v in x]
+  if isinstance(x, np.generic):
+    x = x.item()
+  if isinstance(x, float) and not np.isfinite(x):
+    return None
+  if x is None or isinstance(x, (bool, int, float, str)):
+    return x
+  return str(x)

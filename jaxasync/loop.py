@@ -1,0 +1,398 @@
+"""The one learner loop, for synchronous and asynchronous runs alike.
+
+    while the run goes on:
+      feed.ingest()                      take what actors already delivered (never blocks)
+      if the source can serve an update: learner.step(source), publish every sync_interval,
+                                         hooks: evaluate, record, save, progress
+      else:                              feed.wait(): produce or wait for more data
+
+What differs between a synchronous and an asynchronous run is only the feed:
+
+* ``LockstepFeed``: one ``Actor`` in the loop's own thread; ``wait`` takes one vector step with
+  the latest params (border's ``Trainer``: the learner decides when the actor steps);
+* ``ActorFeed``: actors in threads or processes (``ActorManager``) pushing chunks through a
+  bounded ``ChunkQueue``; ``ingest`` moves queued chunks into the source while its limiter lets
+  them in, ``wait`` blocks briefly for the next one, and ``supervise`` restarts dead actors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+
+from jaxasync.actor import Actor
+from jaxasync.actor_manager import ActorManager, ActorStats
+from jaxasync.hooks import EvalWorker, IntervalTrigger, progress_bar
+from jaxasync.ledger import RunLedger
+from jaxasync.learner import Learner
+from jaxasync.param_store import host_copy
+from jaxasync.recorder import Recorder
+from jaxasync.transport import Chunk, ChunkQueue
+
+
+class LockstepFeed:
+  """The synchronous run's data: one in-thread ``Actor`` stepped only when no update can run.
+
+  Args:
+    actor: an ``Actor`` with ``chunk_steps=1``, reading the loop's ``ThreadParamStore``.
+  """
+
+  mode = "sync"
+  interrupt_main_when_stuck = True  # the loop's thread itself runs env.step
+  waiting = False
+
+  def __init__(self, actor: Actor):
+    self.actor = actor
+    self.stage = "env.step"
+    self.dropped = 0
+
+  def start(self) -> None:
+    pass
+
+  def ingest(self, loop: "LearnerLoop") -> None:
+    pass  # nothing arrives by itself
+
+  def wait(self, loop: "LearnerLoop") -> None:
+    self.stage = "env.step"
+    chunk = self.actor.step()
+    self.stage = "the replay and the SGD update (the first call compiles)"
+    if chunk is not None:
+      loop.add_chunk(chunk)
+
+  def supervise(self) -> None:
+    pass
+
+  def stuck_stage(self, loop: "LearnerLoop") -> str:
+    return self.stage
+
+  def rng_states(self) -> dict:
+    return {"exploration": self.actor.rng.bit_generator.state}
+
+  def metrics(self) -> dict[str, float]:
+    return self.actor.agent.actor_metrics(self.actor.actor_state)
+
+  def stop(self) -> None:
+    self.actor.adopt_latest()
+
+  def close(self) -> None:
+    self.actor.env.close()
+
+  def summary(self) -> dict:
+    return {}
+
+
+class ActorFeed:
+  """The asynchronous run's data: supervised actors pushing chunks through a bounded queue.
+
+  Args:
+    manager: starts, supervises and stops the actors.
+    transport: the queue they push into.
+    inference: the SEED inference server, or ``None``.
+    pin_cpu: pin the learner's process to this core while the run lasts.
+  """
+
+  interrupt_main_when_stuck = False
+
+  def __init__(self, manager: ActorManager, transport: ChunkQueue, inference=None,
+               pin_cpu: int | None = None):
+    self.manager, self.transport, self.inference = manager, transport, inference
+    self.mode = f"async-{manager.mode}"
+    self._pin_cpu, self._saved_affinity = pin_cpu, None
+    self._last_check = 0.0
+    self.actor_stats: list[ActorStats] = []
+    self.waiting = False  # the loop waits for data (no update since), for the watchdog
+
+  @property
+  def dropped(self) -> int:
+    return self.transport.dropped
+
+  def start(self) -> None:
+    if self._pin_cpu is not None and hasattr(os, "sched_setaffinity"):
+      self._saved_affinity = os.sched_getaffinity(0)
+      os.sched_setaffinity(0, {self._pin_cpu})
+    if self.inference is not None:
+      self.inference.start()
+    self.manager.start()
+
+  def ingest(self, loop: "LearnerLoop", max_chunks: int = 32) -> None:
+    """Moves up to ``max_chunks`` queued chunks into the source, unless actors are ahead."""
+    moved = 0
+    while moved < max_chunks and loop.source.can_insert():
+      chunk = self.transport.get(0)
+      if chunk is None:
+        break
+      loop.add_chunk(chunk)
+      moved += 1
+
+  def wait(self, loop: "LearnerLoop", timeout: float = 0.02) -> None:
+    """Waits up to ``timeout`` while no update can run: takes one chunk if the learner is
+    short of data or the limiter lets actors insert; otherwise (the learner is held back,
+    e.g. by ``max_train_frequency``, and actors are ahead) leaves the queue full, so that
+    actors block instead of running past the samples-per-insert budget."""
+    self.waiting = True
+    source = loop.source
+    if source.can_insert() or source.needs_data():
+      chunk = self.transport.get(timeout)
+      if chunk is not None:
+        loop.add_chunk(chunk)
+    else:
+      self.transport.pump(timeout)  # drop-oldest keeps reading; blocking mode reads only into room
+
+  def supervise(self) -> None:
+    now = time.perf_counter()
+    if now - self._last_check > 0.1:
+      self.manager.check()
+      if self.inference is not None:
+        self.inference.check()
+      self._last_check = now
+
+  def stuck_stage(self, loop: "LearnerLoop") -> str:
+    """Where a run without progress is stuck, for the watchdog (read from its thread)."""
+    source = loop.source
+    warm = getattr(source, "min_size", 0)
+    if len(source) < max(warm, source.updates_per_call * source.batch_size):
+      steps = [int(self.manager.shared.env_steps[i]) for i in range(self.manager.num_actors)]
+      return (f"waiting for the actors' chunks to fill the warmup ({len(source)} of {warm} "
+              f"items; {loop.chunks_ingested} chunks so far; actors' env steps {steps}, alive "
+              f"{self.manager.alive()}): an actor's env.step() may not return")
+    if self.waiting:
+      return (f"waiting for the actors' chunks ({loop.chunks_ingested} so far; actors alive "
+              f"{self.manager.alive()}): an actor's env.step() may not return")
+    return "the learner's update call"
+
+  def rng_states(self) -> dict:
+    return {}
+
+  def metrics(self) -> dict[str, float]:
+    return {"queue_length": self.transport.qsize(), "dropped_chunks": self.transport.dropped,
+            "actor_restarts": sum(self.manager.restarts)}
+
+  def stop(self) -> None:
+    self.actor_stats = self.manager.stop_and_join()
+    if self.inference is not None:
+      self.inference.stop()
+    self.transport.close()
+
+  def close(self) -> None:
+    if self._saved_affinity is not None:
+      os.sched_setaffinity(0, self._saved_affinity)
+
+  def summary(self) -> dict:
+    return {"dropped_chunks": self.transport.dropped,
+            "actor_restarts": sum(self.manager.restarts),
+            "actors": [dataclasses.asdict(s) for s in self.actor_stats]}
+
+
+class LearnerLoop:
+  """Ingest, learn, publish, evaluate, record, save: the one loop (see the module docstring).
+
+  It stops at ``max_opts``, ``max_env_steps``, ``duration`` or ``target_eval_reward``,
+  whichever comes first, on Ctrl-C or SIGTERM, or on an error (of an actor past its restarts,
+  the learner, an evaluation, the watchdog); it always stops the actors, evaluates and saves
+  ``final``, and writes the summary.
+
+  Args:
+    config: the run's ``TrainerConfig`` (limits and intervals).
+    learner: the agent state and its update.
+    source: the data source (``ReplaySource`` or ``QueueSource``).
+    feed: ``LockstepFeed`` or ``ActorFeed``.
+    param_store: where params are published (actors, inference servers and the lock-step
+      actor read it).
+    evaluator: the ``Evaluator``.
+    recorder: where scalars go.
+    sync_interval: SGD steps between publications.
+    extra_meta: added to every checkpoint's metadata and the summary.
+  """
+
+  def __init__(self, config, learner: Learner, source, feed, param_store, evaluator,
+               recorder: Recorder, sync_interval: int, extra_meta: dict | None = None):
+    self.config, self.learner, self.source, self.feed = config, learner, source, feed
+    self.param_store, self.evaluator, self.recorder = param_store, evaluator, recorder
+    self.sync_interval = sync_interval
+    self.ledger = RunLedger(config, learner, recorder, extra_meta)
+    # Counters.
+    self.env_steps = 0
+    self.inserted = 0  # items the source took (transitions; unrolls)
+    self.chunks_ingested = 0
+    # Per actor: (params version, seq) of its last chunk; O(actors), not O(chunks).
+    self.last_chunk: dict[int, tuple[int, int]] = {}
+    # Chunks whose version went back or whose seq was not the actor's last + 1 (0 after a
+    # restart): loss, duplication or reordering in the transport.
+    self.order_errors = 0
+    self._lags = [0, 0, 0, 0]  # min, max, sum, count since the last record
+    self._returns = [0.0, 0]  # sum, count of episode returns since the last record
+    self.times = {"ingest": 0.0, "publish": 0.0, "wait": 0.0}
+
+  # --- pieces of the loop ------------------------------------------------------------------
+  def add_chunk(self, chunk: Chunk) -> None:
+    """One chunk into the source, with the books: env steps, policy lag, returns, order."""
+    self.inserted += self.source.add(chunk.payload, chunk.version, chunk.env_steps)
+    self.env_steps += chunk.env_steps
+    self.chunks_ingested += 1
+    lag, lags = self.learner.opt_steps - chunk.version, self._lags
+    lags[:] = ([min(lags[0], lag), max(lags[1], lag), lags[2] + lag, lags[3] + 1] if lags[3]
+               else [lag, lag, lag, 1])
+    if chunk.episode_returns:
+      self._returns[0] += sum(chunk.episode_returns)
+      self._returns[1] += len(chunk.episode_returns)
+    last = self.last_chunk.get(chunk.actor_id)
+    if (chunk.seq != 0 if last is None else
+        chunk.version < last[0] or chunk.seq not in (last[1] + 1, 0)):
+      self.order_errors += 1
+    self.last_chunk[chunk.actor_id] = (chunk.version, chunk.seq)
+
+  def can_update(self) -> bool:
+    return (self.learner.opt_steps < self.config.max_opts
+            and self.source.can_sample(self.learner.opt_steps))
+
+  def publish(self) -> None:
+    """The one place params are published."""
+    t0 = time.perf_counter()
+    self.param_store.publish(self.learner.model_info())
+    self.times["publish"] += time.perf_counter() - t0
+
+  def stage_times(self) -> dict[str, float]:
+    return {"ingest": self.times["ingest"], "sample": self.source.time_sample
+            if hasattr(self.source, "time_sample") else 0.0,
+            "update": self.learner.time_update, "publish": self.times["publish"],
+            "wait": self.times["wait"]}
+
+  def _record(self, opt: int, last: tuple) -> tuple:
+    now = time.perf_counter()
+    dt = max(1e-9, now - last[0])
+    lags = self._lags
+    values = {
+        "env_steps": self.env_steps, "opt_steps": opt,
+        "fps": (self.env_steps - last[2]) / dt,
+        "samples_total": self.inserted, "samples_per_sec": (self.inserted - last[1]) / dt,
+        "opt_steps_per_sec": (opt - last[3]) / dt,
+        "samples_per_opt_steps": self.inserted / max(1, opt),
+        "policy_lag_min": lags[0], "policy_lag_mean": lags[2] / max(1, lags[3]),
+        "policy_lag_max": lags[1],
+        **{f"time_{k}_frac": v / max(1e-9, now - self.ledger.start)
+           for k, v in self.stage_times().items()},
+        **self.feed.metrics(), **self.source.metrics(), **self.learner.metrics()}
+    if self._returns[1]:
+      values["train_episode_return"] = self._returns[0] / self._returns[1]
+    self.recorder.record(opt, values)
+    self._lags, self._returns = [0, 0, 0, 0], [0.0, 0]
+    return (now, self.inserted, self.env_steps, opt)
+
+  def _save(self, name: str) -> None:
+    rng_states = {**self.feed.rng_states()}
+    replay = getattr(self.source, "replay", None)
+    if replay is not None and hasattr(replay, "rng_state"):
+      rng_states["replay"] = replay.rng_state
+    self.ledger.save(name, {"env_steps": self.env_steps, "rng_states": rng_states})
+
+  def _on_eval(self, reward, opt_steps, env_steps, state, wall_s) -> None:
+    self.ledger.on_eval(reward, opt_steps, env_steps, opt_steps, state_for_best=state,
+                        wall_s=wall_s)
+
+  def _evaluate(self, worker: EvalWorker) -> None:
+    learner, run = self.learner, self.ledger
+    lockstep = isinstance(self.feed, LockstepFeed)
+    if lockstep:
+      self.feed.stage = "evaluation"
+    worker.submit(learner.opt_steps, self.env_steps, host_copy(learner.policy_params()),
+                  host_copy(learner.state) if self.config.model_dir else None,
+                  time.perf_counter() - run.start)
+    if lockstep:  # a synchronous run waits for its evaluation: deterministic, and in order
+      worker.wait(abort=lambda: run.failure is not None)
+
+  # --- the loop ----------------------------------------------------------------------------
+  def run(self) -> dict:
+    """Runs to the end; returns the summary (also written to ``<model_dir>/summary.json``)."""
+    c, learner, run, feed = self.config, self.learner, self.ledger, self.feed
+    worker = EvalWorker(self.evaluator, self._on_eval)
+    eval_t, record_t, save_t, sync_t = (IntervalTrigger(c.eval_interval),
+                                        IntervalTrigger(c.record_interval),
+                                        IntervalTrigger(c.save_interval),
+                                        IntervalTrigger(self.sync_interval))
+    bar = progress_bar(c.max_opts, c.progress)
+    self.publish()  # version 0: actors start acting with the initial params
+    feed.start()
+    self.source_start = time.perf_counter()
+    if hasattr(self.source, "start_clock"):
+      self.source.start_clock()
+    last = (self.source_start, 0, 0, 0)
+    error: BaseException | None = None
+    forced = False
+    with run.stop_on_sigint():
+      dog = run.watchdog(lambda: self.env_steps + learner.opt_steps + self.evaluator.steps,
+                         lambda: feed.stuck_stage(self),
+                         (lambda: feed.stage == "env.step") if feed.interrupt_main_when_stuck
+                         else None)
+      try:
+        while not run.should_stop(self.env_steps):
+          t0 = time.perf_counter()
+          feed.ingest(self)
+          t1 = time.perf_counter()
+          self.times["ingest"] += t1 - t0
+          feed.supervise()
+          if worker.error is not None:
+            raise worker.error
+          if not self.can_update():
+            feed.wait(self)
+            self.times["wait"] += time.perf_counter() - t1
+            continue
+          learner.step(self.source)
+          feed.waiting = False
+          opt = learner.opt_steps
+          if sync_t(opt):
+            self.publish()
+          bar.update(opt - bar.n)
+          if eval_t(opt):
+            self._evaluate(worker)
+          if record_t(opt):
+            last = self._record(opt, last)
+            if run.evals:
+              bar.set_postfix(eval_reward=f"{run.final_eval_reward:.1f}",
+                              best=f"{run.best_eval_reward:.1f}")
+          if save_t(opt):
+            self._save(str(opt))
+        if run.failure is not None:
+          raise run.failure
+      except KeyboardInterrupt:  # outside the main thread, or a second Ctrl-C
+        run.interrupted = forced = True
+      except BaseException as e:
+        error = e
+      finally:
+        dog.stop()
+        bar.close()
+        if error is None and not forced:  # (a forced stop may have lost the state mid-update)
+          self.publish()  # actors end on the final params
+        feed.stop()
+        worker.close(wait_pending=error is None and not run.interrupted)
+        error = error or worker.error  # an evaluation that failed after the loop's last look
+        try:
+          if error is None and not worker.alive:  # (the worker's own error is in error)
+            # The last evaluation may predate the last update call.
+            run.evaluate_final(
+                lambda: self.evaluator.evaluate(host_copy(learner.policy_params())),
+                self.env_steps)
+        except Exception as eval_error:
+          error = eval_error
+        finally:
+          self.evaluator.close()
+        try:
+          self._save("final")
+        except Exception as save_error:  # never mask the error that ended the run
+          error = error or save_error
+        run.record_error(error)
+        summary = self.summary()
+        run.write_summary(summary)
+        feed.close()
+    if error is not None:
+      raise error
+    return summary
+
+  def summary(self) -> dict:
+    wall = time.perf_counter() - self.ledger.start
+    return self.ledger.summary(self.inserted, self.env_steps, {
+        "mode": self.feed.mode,
+        "chunks_ingested": self.chunks_ingested,
+        "stage_seconds": self.stage_times(),
+        "stage_fractions": {k: v / wall for k, v in self.stage_times().items()},
+        **self.feed.summary(), **self.source.metrics()})

@@ -1,0 +1,204 @@
+"""The off-policy data source: a replay, the replay ratio it is sampled at, and priorities.
+
+``ReplaySource`` owns everything between the transport and an off-policy agent's update: the
+replay (uniform, prioritized, frames), the limiter that keeps the replay ratio, the cap on SGD
+steps per second (SEED's ``max_train_frequency``), the annealing of the importance-sampling
+exponent, and the write-back of the priorities an update returns. Two limiters keep the ratio:
+
+* ``RateLimiter`` (Reverb's ``SampleToInsertRatio``): items sampled per item inserted, within a
+  tolerance; for actors that run freely beside the learner;
+* ``UpdateCredit`` (border's ``opt_interval``): SGD steps per env step once the warmup is in;
+  for the lock-step loop, where the learner decides when the actor steps.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from jaxasync.envs import ConfigError
+from jaxasync.replay.prioritized import linear_beta
+from jaxasync.sources.base import Sample
+from jaxasync.types import Transition
+
+
+class RateLimiter:
+  """Keeps ``sampled - spi * (inserted - warmup)`` within ``+-tolerance`` (Reverb's
+  SampleToInsertRatio). Counts are items (transitions): inserted into, and sampled from, the
+  replay. ``samples_per_insert=None`` limits nothing."""
+
+  def __init__(self, samples_per_insert: float | None, tolerance: float, warmup: int):
+    self.spi, self.tolerance, self.warmup = samples_per_insert, tolerance, warmup
+
+  def error(self, inserted: int, sampled: int) -> float:
+    return sampled - self.spi * max(0, inserted - self.warmup)
+
+  def can_sample(self, inserted: int, sampled: int, n: int) -> bool:
+    return self.spi is None or self.error(inserted, sampled + n) <= self.tolerance
+
+  def can_insert(self, inserted: int, sampled: int, n: int) -> bool:
+    return (self.spi is None or inserted < self.warmup
+            or -self.error(inserted + n, sampled) <= self.tolerance)
+
+  def on_add(self, env_steps_total: int, env_steps: int, ready: bool) -> None:
+    """(Counts items, not env steps: nothing to do.)"""
+
+
+class UpdateCredit:
+  """border's ``opt_interval``: each env step taken once ``env_steps_total >= warmup`` (and the
+  replay can serve a call) earns ``1 / opt_interval`` SGD steps; a call of ``n`` sampled items
+  spends ``n / batch_size`` of them. Never holds inserts back: in the lock-step loop the
+  learner only asks the actor to step when it has no update to run.
+
+  Args:
+    opt_interval: env steps per SGD step.
+    warmup: env steps before any credit is earned.
+    batch_size: items per SGD step.
+  """
+
+  def __init__(self, opt_interval: float, warmup: int, batch_size: int):
+    if not opt_interval > 0:
+      raise ConfigError(f"opt_interval must be > 0 env steps per SGD step, got {opt_interval}.")
+    self.opt_interval, self.warmup, self.batch_size = opt_interval, warmup, batch_size
+    self.credit = 0.0  # SGD steps earned and not yet taken
+
+  def on_add(self, env_steps_total: int, env_steps: int, ready: bool) -> None:
+    if env_steps_total >= self.warmup and ready:
+      self.credit += env_steps / self.opt_interval
+
+  def can_sample(self, inserted: int, sampled: int, n: int) -> bool:
+    return self.credit >= n / self.batch_size
+
+  def can_insert(self, inserted: int, sampled: int, n: int) -> bool:
+    return True
+
+  def on_sample(self, n: int) -> None:
+    self.credit -= n / self.batch_size
+
+
+def _split(x: np.ndarray, k: int, b: int) -> np.ndarray:
+  """``[k * b, ...]`` -> ``[k, b, ...]``."""
+  return x.reshape((k, b) + x.shape[1:])
+
+
+class ReplaySource:
+  """Serves ``updates_per_call`` batches of ``batch_size`` items per call from ``replay``.
+
+  Args:
+    replay: a ``ReplayBuffer``, ``PrioritizedReplayBuffer`` or a frame replay.
+    batch_size: items per SGD step (the agent's).
+    updates_per_call: ``k`` SGD steps per update call.
+    limiter: ``RateLimiter`` or ``UpdateCredit``; ``None``: no ratio (sample whenever the
+      replay can serve a call and holds ``min_size`` items).
+    min_size: items the replay must hold before the first call (the warmup, counted in items).
+    max_train_frequency: at most this many SGD steps per second since ``start_clock``; ``None``:
+      no cap.
+    beta_anneal_steps: with a prioritized replay, anneal its importance-sampling exponent
+      linearly from its initial ``beta`` to 1 over this many SGD steps; 0: keep it.
+    chunk_items: items in a full chunk, the unit ``can_insert`` asks room for.
+  """
+
+  def __init__(self, replay, batch_size: int, updates_per_call: int = 1, limiter=None,
+               min_size: int = 0, max_train_frequency: float | None = None,
+               beta_anneal_steps: int = 0, chunk_items: int = 1):
+    if updates_per_call < 1:
+      raise ConfigError(f"updates_per_call must be >= 1, got {updates_per_call}.")
+    capacity = getattr(replay, "capacity", None)
+    if capacity is not None and capacity < updates_per_call * batch_size:
+      raise ConfigError(
+          f"replay capacity {capacity} is below updates_per_call x batch_size = "
+          f"{updates_per_call} x {batch_size} = {updates_per_call * batch_size}: no update call "
+          "could ever be sampled and the run would never train. Raise --replay-capacity, or "
+          "lower --updates-per-call or the batch size.")
+    self.replay, self.batch_size, self.updates_per_call = replay, batch_size, updates_per_call
+    self.limiter, self.min_size, self.chunk_items = limiter, min_size, chunk_items
+    self.max_train_frequency = max_train_frequency
+    self.prioritized = hasattr(replay, "update_priorities")
+    self._beta0 = getattr(replay, "beta", None)
+    self._beta_anneal_steps = beta_anneal_steps if self.prioritized else 0
+    self.inserted = 0  # items added (transitions)
+    self.sampled = 0  # items sampled (k * batch_size per call)
+    self.env_steps = 0  # env steps the added chunks took
+    self.time_sample = 0.0
+    self._clock = time.perf_counter()
+
+  def __len__(self) -> int:
+    return len(self.replay)
+
+  def start_clock(self) -> None:
+    """Starts the ``max_train_frequency`` clock (when actors start)."""
+    self._clock = time.perf_counter()
+
+  # --- writing -----------------------------------------------------------------------------
+  def add(self, payload: Any, version: int, env_steps: int) -> int:
+    """Adds one chunk's items; returns how many (the replay counts them)."""
+    before = self.replay.added_total
+    self.replay.add(payload)
+    n = self.replay.added_total - before
+    self.inserted += n
+    self.env_steps += env_steps
+    if self.limiter is not None:
+      self.limiter.on_add(self.env_steps, env_steps, self._ready())
+    return n
+
+  def can_insert(self) -> bool:
+    """Whether the limiter lets one more full chunk in (actors are not ahead)."""
+    return self.limiter is None or self.limiter.can_insert(
+        self.inserted, self.sampled, self.chunk_items)
+
+  # --- reading -----------------------------------------------------------------------------
+  def _ready(self) -> bool:
+    return len(self.replay) >= self.updates_per_call * self.batch_size
+
+  def needs_data(self) -> bool:
+    """Whether the next call waits for more items (too few, or the ratio forbids sampling),
+    rather than for the clock (``max_train_frequency``)."""
+    if len(self.replay) < self.min_size or not self._ready():
+      return True
+    n = self.updates_per_call * self.batch_size
+    return self.limiter is not None and not self.limiter.can_sample(self.inserted, self.sampled, n)
+
+  def can_sample(self, opt_steps: int) -> bool:
+    """Whether one update call may run now: enough items, the ratio and the frequency cap."""
+    if self.needs_data():
+      return False
+    mtf = self.max_train_frequency
+    return mtf is None or opt_steps < mtf * (time.perf_counter() - self._clock)
+
+  def sample(self, opt_steps: int) -> Sample:
+    """``k`` batches, leaves ``[k, batch_size, ...]``; a prioritized replay draws ``k``
+    independently stratified batches, each with its own weight normalisation."""
+    t0 = time.perf_counter()
+    k, b = self.updates_per_call, self.batch_size
+    weights = info = None
+    if self.prioritized:
+      beta = None
+      if self._beta_anneal_steps > 0:
+        beta = linear_beta(opt_steps, self._beta_anneal_steps, self._beta0)
+      batch, idx, weights, gens = self.replay.sample(b, beta=beta, num_batches=k)
+      weights, info = _split(weights, k, b), (_split(idx, k, b), _split(gens, k, b))
+    else:
+      batch = self.replay.sample(k * b)
+    if type(batch) is Transition:  # field by field: cheaper than jax.tree.map per call
+      batch = Transition(*(_split(x, k, b) for x in batch))
+    else:
+      import jax
+      batch = jax.tree.map(lambda x: _split(x, k, b), batch)
+    self.sampled += k * b
+    if isinstance(self.limiter, UpdateCredit):
+      self.limiter.on_sample(k * b)
+    self.time_sample += time.perf_counter() - t0
+    return Sample(batch, weights, info)
+
+  def feedback(self, info: Any, priorities: Any) -> None:
+    """Writes the new priorities ``[k, batch_size]`` of the slots ``info`` names (a slot
+    rewritten since it was sampled keeps its new item's priority)."""
+    if info is None or not self.prioritized:
+      return
+    idx, gens = info
+    self.replay.update_priorities(idx.ravel(), np.asarray(priorities).ravel(), gens.ravel())
+
+  def metrics(self) -> dict[str, float]:
+    return {}

@@ -1,0 +1,125 @@
+"""A tiny env and a tiny on-policy agent for the agent-contract tests (picklable, so that
+spawned actor processes can import them)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import jaxasync as ja
+
+
+class TinyEnv(gym.Env):
+  """Observations ``[t / 8, 1]``; reward 1 for action 1; terminates once action 1 was taken 4
+  times, truncates (TimeLimit) after 6 steps: both episode ends occur within a few steps."""
+
+  observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+  action_space = gym.spaces.Discrete(2)
+
+  def reset(self, *, seed=None, options=None):
+    super().reset(seed=seed)
+    self._t, self._ones = 0, 0
+    return self._obs(), {}
+
+  def _obs(self):
+    return np.array([self._t / 8.0, 1.0], np.float32)
+
+  def step(self, action):
+    self._t += 1
+    self._ones += int(action)
+    return self._obs(), float(action), self._ones >= 4, False, {}
+
+
+@dataclasses.dataclass(frozen=True)
+class TinyEnvFactory:
+  """``(num_envs, seed) -> SyncVectorEnv`` of ``TinyEnv`` (NEXT_STEP autoreset)."""
+
+  env_id: str = "TinyEnv"
+
+  def __call__(self, num_envs: int, seed: int | None = None):
+    env = gym.vector.SyncVectorEnv(
+        [lambda: gym.wrappers.TimeLimit(TinyEnv(), 6) for _ in range(num_envs)])
+    env.reset(seed=seed)
+    return env
+
+
+SHAPES: list = []  # batch leaf shapes each agent's update saw (the learner's process)
+
+
+class ShapeRecordingDQN(ja.DQN):
+  def update(self, state, batch, weights=None):
+    SHAPES.append(jax.tree.map(np.shape, batch))
+    return super().update(state, batch, weights)
+
+
+class LinearPG(ja.Agent):
+  """A linear softmax policy trained by REINFORCE-with-baseline-free one-step advantages on
+  unrolls from a queue: the smallest on-policy agent, to exercise ``UnrollCollector`` and
+  ``QueueSource`` end to end. Extras: the behaviour logits ``[B, A]``."""
+
+  def __init__(self, obs_space, action_space, unroll_length: int = 5, batch_size: int = 2):
+    self.obs_space, self.action_space = obs_space, action_space
+    self.batch_size = batch_size
+    self.data = ja.DataSpec(collector="unrolls", source="queue", unroll_length=unroll_length)
+    self.num_actions = int(action_space.n)
+    self.optimizer = optax.sgd(0.1)
+    self._logits = jax.jit(lambda w, obs: obs @ w)
+    self._update = jax.jit(self._update_fn)
+
+  def init(self, key):
+    w = jnp.zeros((self.obs_space.shape[0], self.num_actions), jnp.float32)
+    return {"w": w, "opt": self.optimizer.init(w)}
+
+  def policy_params(self, state):
+    return state["w"]
+
+  def initial_actor_state(self, context):
+    return None
+
+  def extras_example(self):
+    return {"logits": np.zeros(self.num_actions, np.float32)}
+
+  def policy(self, params, obs, rng, explore=True):
+    return np.asarray(self._logits(params, obs))
+
+  def select(self, logits, actor_state, rng):
+    gumbel = rng.gumbel(size=logits.shape)
+    actions = np.argmax(logits + gumbel, axis=-1).astype(self.action_space.dtype)
+    return actions, {"logits": logits.astype(np.float32)}, actor_state
+
+  def _loss(self, w, unroll):
+    logits = unroll.obs[:-1] @ w  # [T, N, A]
+    logp = jax.nn.log_softmax(logits)
+    a = unroll.action[:-1].astype(jnp.int32)
+    logp_a = jnp.take_along_axis(logp, a[..., None], -1)[..., 0]
+    mask = ~unroll.first[1:]
+    return -jnp.sum(logp_a * unroll.reward[1:] * mask) / jnp.maximum(1, mask.sum())
+
+  def _update_fn(self, state, batch):
+    def step(state, unroll):
+      loss, grad = jax.value_and_grad(self._loss)(state["w"], unroll)
+      updates, opt = self.optimizer.update(grad, state["opt"])
+      return {"w": optax.apply_updates(state["w"], updates), "opt": opt}, loss
+    state, losses = jax.lax.scan(step, state, batch)
+    return state, {"loss": losses.mean()}
+
+  def update(self, state, batch, weights=None):
+    SHAPES.append(jax.tree.map(np.shape, batch))
+    state, metrics = self._update(state, batch)
+    return state, metrics, None
+
+
+def factories():
+  """``{name: picklable agent factory}`` for every agent the contract test covers."""
+  obs_space, action_space = TinyEnv.observation_space, TinyEnv.action_space
+  return {
+      "dqn": functools.partial(ShapeRecordingDQN, ja.DQNConfig(hidden_sizes=(8,), batch_size=16),
+                               obs_space, action_space),
+      "linear_pg": functools.partial(LinearPG, obs_space, action_space),
+  }

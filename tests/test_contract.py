@@ -1,0 +1,90 @@
+"""The agent contract, end to end: every agent x {sync, async thread, async process} runs a few
+hundred steps on a tiny env; the batches its update sees have the shapes its ``DataSpec``
+promises, params versions flow back to the actors, and nothing is left running.
+
+A new agent adds a row to ``contract_agents.factories()``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import contract_agents
+import jaxasync as ja
+
+MODES = ["sync", "thread", "process"]
+
+
+def _run(name: str, mode: str):
+  factory = contract_agents.factories()[name]
+  agent = factory()
+  config = ja.TrainerConfig(max_opts=64, warmup_period=64, updates_per_call=2, num_envs=3,
+                            eval_interval=32, eval_episodes=2, record_interval=16,
+                            replay_capacity=2_000, progress=False, seed=0)
+  async_config = None if mode == "sync" else ja.AsyncConfig(
+      actor_mode=mode, num_actors=2, envs_per_actor=3, chunk_steps=5, queue_size=4,
+      sync_interval=4, samples_per_insert=None)
+  trainer = ja.Trainer(agent, contract_agents.TinyEnvFactory(), config,
+                       recorder=ja.MemoryRecorder(), async_config=async_config,
+                       agent_factory=factory)
+  contract_agents.SHAPES.clear()
+  summary = trainer.train()
+  return agent, trainer, summary
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(contract_agents.factories()))
+def test_agent_contract(name, mode):
+  before = {t.ident for t in threading.enumerate()}
+  agent, trainer, summary = _run(name, mode)
+  # It trained to the end and evaluated, with no error.
+  assert summary["error"] is None and summary["opt_steps"] == 64
+  assert summary["env_steps"] > 0 and summary["evals"]
+  assert np.isfinite(summary["final_eval_reward"])
+  # The batches had the DataSpec's shapes: [k, N, ...] transitions, [k, T+1, N * B, ...] unrolls.
+  k, n = 2, agent.batch_size
+  assert len(contract_agents.SHAPES) == 64 // k
+  shapes = contract_agents.SHAPES[0]
+  if agent.data.collector == "transitions":
+    assert shapes.obs == (k, n, 2) and shapes.action == (k, n) and shapes.reward == (k, n)
+  else:
+    envs = 3
+    t1 = agent.data.unroll_length + 1
+    assert shapes.obs == (k, t1, n * envs, 2) and shapes.first == (k, t1, n * envs)
+    assert shapes.extras == {"logits": (k, t1, n * envs, 2)}
+  # Versions: every chunk came in order, actors ended on the learner's last publication.
+  loop = trainer.loop
+  assert loop.order_errors == 0 and loop.chunks_ingested > 0
+  assert trainer.param_store.version == 64
+  for stats in trainer.actor_stats:
+    assert stats.adopted_version == 64 and stats.env_steps > 0 and stats.restarts == 0
+  # Clean shutdown: no thread or process left behind.
+  deadline = time.monotonic() + 5
+  while time.monotonic() < deadline:
+    extra = [t for t in threading.enumerate() if t.ident not in before and t.is_alive()]
+    if not extra and not mp.active_children():
+      break
+    time.sleep(0.05)
+  assert not extra and not mp.active_children()
+
+
+def test_an_incomplete_agent_fails_at_construction_with_the_missing_member():
+  class NoSelect(ja.Agent):
+    def init(self, key): ...
+    def update(self, state, batch, weights=None): ...
+    def policy_params(self, state): ...
+    def initial_actor_state(self, context): ...
+    def policy(self, params, obs, rng, explore=True): ...
+
+  with pytest.raises(TypeError, match="select"):
+    NoSelect()
+
+
+def test_a_non_agent_is_refused_with_the_fix():
+  with pytest.raises(ja.ConfigError, match="subclass jaxasync.Agent"):
+    ja.Trainer(object(), contract_agents.TinyEnvFactory(), ja.TrainerConfig())
