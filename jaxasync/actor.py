@@ -17,6 +17,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from jaxasync.agent import ActorContext
+from jaxasync.param_store import to_cpu
+from jaxasync.step_processor import StepProcessor
+from jaxasync.transport import Chunk
 from jaxasync.types import Transition
 
 PyTree = Any
@@ -129,8 +133,6 @@ class Actor:
 
   def __init__(self, actor_id: int, agent, env, config: ActorConfig, param_store,
                shared: ActorShared, seed: int, env_seed: int | None = None, inference=None):
-    from jaxasync.agent import ActorContext
-    from jaxasync.step_processor import StepProcessor
     self.actor_id, self.agent, self.env, self.config = actor_id, agent, env, config
     self.param_store, self.shared, self.inference = param_store, shared, inference
     self.rng = np.random.default_rng(seed)
@@ -147,7 +149,6 @@ class Actor:
 
   def adopt_latest(self) -> None:
     """Takes the store's params if they are newer than ours (a CPU copy for jitted acting)."""
-    from jaxasync.param_store import to_cpu  # imported here: runs in the actor's own process
     if self.param_store.version > self.version:
       info = self.param_store.get()
       self.version, self.params = info.version, to_cpu(info.params)
@@ -158,7 +159,6 @@ class Actor:
 
     Raises ``ActorStopped`` when ``stop`` is set while waiting for the inference server.
     """
-    from jaxasync.transport import Chunk
     agent, collector = self.agent, self.collector
     if self.inference is not None:  # SEED: the server runs the network on its device
       answer = self.inference.policy(collector.obs, stop)

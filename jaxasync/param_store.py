@@ -33,8 +33,12 @@ def host_copy(tree: PyTree) -> PyTree:
 
 
 def to_cpu(params: PyTree) -> PyTree:
-  """``params`` committed to the CPU device (from a host copy), so jitted acting runs there."""
-  return jax.device_put(host_copy(params), jax.devices("cpu")[0])
+  """``params`` committed to the CPU device, so jitted acting runs there. Published params are
+  already host copies (numpy) that nobody writes to again, so they go straight to the device;
+  anything else (device arrays the learner may donate) is copied to the host first."""
+  if not all(isinstance(x, np.ndarray) for x in jax.tree.leaves(params)):
+    params = host_copy(params)
+  return jax.device_put(params, jax.devices("cpu")[0])
 
 
 class ThreadParamStore:
