@@ -91,12 +91,9 @@ class Args:
   """anneal the LR to --agent.learning-rate-end over --max-opts if no LR decay steps are set."""
   agent: ja.DQNConfig = dataclasses.field(default_factory=ja.DQNConfig)
   async_: Annotated[ja.AsyncConfig, tyro.conf.arg(name="async")] = dataclasses.field(
-      # Measured defaults (scripts/bench_learning.py, README 'Choosing a mode'): one actor
-      # process with 4 envs, 64 sampled items per inserted transition, params published every
-      # 10 SGD steps. On a quiet 2-core machine the process actor was the fastest async
-      # arrangement to a solved CartPole; publishing every 10 steps instead of 50 held it on
-      # 5 of 5 seeds instead of 4 (threads: 4 instead of 3); a replay ratio of 128 (sync's)
-      # held worse (3 of 6).
+      # One actor process with 4 envs, 64 sampled items per inserted transition, params
+      # published every 10 SGD steps: chosen with scripts/bench_learning.py (README, 'Choosing
+      # a mode' and 'Learning', has the figures).
       default_factory=lambda: ja.AsyncConfig(envs_per_actor=4, samples_per_insert=64.0,
                                              sync_interval=10))
 

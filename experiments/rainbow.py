@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import sys
-from pathlib import Path
 from typing import Annotated, Literal
 
 import tyro
@@ -35,19 +33,9 @@ from jaxasync.minatar import is_minatar_id
 from jaxasync.replay.frames import FrameReplayBuffer, PrioritizedFrameReplayBuffer
 from jaxasync.types import transition_example
 
-
-def _load_dqn_experiment():
-  """experiments/dqn.py as a module (experiments/ is not a package): its Args and mode choice."""
-  name = "jaxasync_experiments_dqn"
-  if name not in sys.modules:
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("dqn.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclass annotations are resolved through sys.modules
-    spec.loader.exec_module(module)
-  return sys.modules[name]
+import dqn as dqn_experiment  # experiments/dqn.py: a script's own directory is on sys.path
 
 
-dqn_experiment = _load_dqn_experiment()
 default_mode = dqn_experiment.default_mode
 
 Preset = Literal["cartpole", "minatar", "atari"]

@@ -234,13 +234,13 @@ def _concat(parts: Sequence) -> Any:
   (a collector that emits whole items, such as one unroll per chunk, gives a single part,
   passed through).
 
-  ``Transition`` outputs (jaxasync's StepProcessor) are joined field by field (~17 us for 16
-  steps of 8 envs, against ~40 us through ``jax.tree.map``); any other pytree (another replay's
-  step processor) goes through ``jax.tree.map``.
+  ``Transition`` outputs (jaxasync's StepProcessor) are joined field by field, cheaper than
+  ``jax.tree.map`` on this per-chunk path; any other pytree goes through ``jax.tree.map``.
   """
   if len(parts) == 1:
     return parts[0]
-  if all(type(p) is Transition for p in parts):
-    return Transition(*(np.concatenate(field) for field in zip(*parts)))
+  if all(type(p) is Transition and p.extras is None for p in parts):
+    # (field by field, the extras field, None, left out)
+    return Transition(*(np.concatenate(field) for field in zip(*(p[:-1] for p in parts))))
   import jax
   return jax.tree.map(lambda *xs: np.concatenate(xs, axis=0), *parts)

@@ -59,7 +59,7 @@ class ActorManager:
     configs: one ``ActorConfig`` per actor.
     transport: the ``ChunkQueue`` actors push to (``process=True`` for process actors).
     param_store: ``ThreadParamStore`` for threads, ``SharedParamStore`` for processes.
-    mode: ``"thread"`` or ``"process"`` (spawn start method).
+    mode: ``"thread"`` or ``"process"`` (spawn start method); ``AsyncConfig.validate`` checks it.
     max_restarts: restarts allowed per actor; one more failure fails the run.
     serialize_env_init: build envs one actor at a time (border's ``guard_init_env``).
     inference: an ``InferenceServer``: actors ask it for actions instead of acting locally.
@@ -68,8 +68,6 @@ class ActorManager:
   def __init__(self, agent_factory: Callable[[], Any], env_factory: Callable,
                configs: list[ActorConfig], transport: ChunkQueue, param_store, mode: str = "process",
                max_restarts: int = 3, serialize_env_init: bool = False, inference=None):
-    if mode not in ("thread", "process"):
-      raise ValueError(f"actor mode must be 'thread' or 'process', got {mode!r}.")
     self.agent_factory, self.env_factory = agent_factory, env_factory
     self.configs, self.transport, self.param_store = configs, transport, param_store
     self.mode, self.max_restarts = mode, max_restarts
@@ -109,8 +107,7 @@ class ActorManager:
     else:
       # Actors act on the CPU: keep them off the accelerator (and its memory), and keep XLA to
       # one thread for their small policy calls, so that actor processes do not oversubscribe
-      # the cores the learner uses (measured: an unpinned actor process went from 10k to 18k
-      # env steps/s beside the learner on 2 cores).
+      # the cores the learner uses (README, Performance, has the figures).
       child_env = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": (
           os.environ.get("XLA_FLAGS", "") +
           " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1").strip()}
@@ -162,9 +159,6 @@ class ActorManager:
             f"last error:\n{tb}")
       self.restarts[i] += 1
       self._spawn(i)
-
-  def env_steps(self) -> int:
-    return int(sum(self.shared.env_steps[i] for i in range(self.num_actors)))
 
   def stop_and_join(self, timeout: float = 10.0) -> list[ActorStats]:
     """Stops all actors and waits for them; returns per-actor stats. Never hangs past ``timeout``."""

@@ -8,6 +8,7 @@ import dataclasses
 from typing import Literal
 
 from jaxasync.envs import ConfigError
+from jaxasync.step_processor import check_return_settings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,12 +78,7 @@ class TrainerConfig:
   stall_timeout: float | None = 300.0
 
   def validate(self, batch_size: int) -> None:
-    if self.n_step < 1:
-      raise ConfigError(f"n_step must be >= 1, got {self.n_step}.")
-    if not 0.0 <= self.gamma <= 1.0:
-      raise ConfigError(f"gamma must be in [0, 1], got {self.gamma}.")
-    if not self.reward_clip >= 0.0:
-      raise ConfigError(f"reward_clip must be >= 0 (0: no clipping), got {self.reward_clip}.")
+    check_return_settings(self.n_step, self.gamma, self.reward_clip)
     if batch_size > self.warmup_period:
       raise ConfigError(
           f"batch_size={batch_size} is larger than warmup_period={self.warmup_period}: the "
@@ -114,7 +110,7 @@ class AsyncConfig:
     envs_per_actor: sub-envs of each actor's vector env.
     chunk_steps: vector steps per chunk an actor pushes (one transition per sub-env each).
     queue_size: chunks the actor->learner queue holds (bounded). Keep it small: chunks wait
-      in a full queue and go stale (CartPole's data: ~100 SGD steps old with 4, ~1,000 with 64).
+      in a full queue and go stale (ARCHITECTURE.md, "In-flight data is bounded").
     drop_when_full: drop the oldest chunk (counted) instead of blocking actors.
     sync_interval: SGD steps between publications of the params to the actors.
     samples_per_insert: replay ratio, transitions sampled per transition inserted; None: no
@@ -141,8 +137,7 @@ class AsyncConfig:
   chunk_steps: int = 8
   # When the samples-per-insert limiter holds actors back, the queue stays full and every
   # chunk waits behind the others, so its data is about queue_size * chunk_steps *
-  # envs_per_actor * samples_per_insert / batch_size SGD steps old when it is learnt from
-  # (64 chunks made CartPole's data ~1,000 SGD steps stale, and its policy oscillate).
+  # envs_per_actor * samples_per_insert / batch_size SGD steps old when it is learnt from.
   queue_size: int = 4
   drop_when_full: bool = False
   sync_interval: int = 50

@@ -6,9 +6,25 @@ The one step processor of the project: the synchronous ``Trainer`` and every
 
 from __future__ import annotations
 
+from typing import Any
+
+import jax
 import numpy as np
 
+from jaxasync.envs import ConfigError
 from jaxasync.types import Transition
+
+
+def check_return_settings(n_step: int, gamma: float, reward_clip: float) -> None:
+  """Raises ``ConfigError`` (a ``ValueError``) unless ``n_step >= 1``, ``0 <= gamma <= 1`` and
+  ``reward_clip >= 0``: the one check of the n-step settings (``TrainerConfig`` and every step
+  processor call it)."""
+  if n_step < 1:
+    raise ConfigError(f"n_step must be >= 1, got {n_step}.")
+  if not 0.0 <= gamma <= 1.0:
+    raise ConfigError(f"gamma must be in [0, 1], got {gamma}.")
+  if not reward_clip >= 0.0:
+    raise ConfigError(f"reward_clip must be >= 0 (0: no clipping), got {reward_clip}.")
 
 
 class ProcessorBase:
@@ -24,12 +40,7 @@ class ProcessorBase:
   """
 
   def __init__(self, num_envs: int, n_step: int, gamma: float, reward_clip: float):
-    if n_step < 1:
-      raise ValueError(f"n_step must be >= 1, got {n_step}.")
-    if not 0.0 <= gamma <= 1.0:
-      raise ValueError(f"gamma must be in [0, 1], got {gamma}.")
-    if not reward_clip >= 0.0:
-      raise ValueError(f"reward_clip must be >= 0 (0: no clipping), got {reward_clip}.")
+    check_return_settings(n_step, gamma, reward_clip)
     self.num_envs, self.n, self.gamma = num_envs, n_step, gamma
     self.reward_clip = float(reward_clip)
     self._current_obs: np.ndarray | None = None
@@ -77,8 +88,14 @@ class StepProcessor(ProcessorBase):
   """
 
   def __init__(self, num_envs: int, obs_example: np.ndarray, action_example: np.ndarray,
-               n_step: int = 1, gamma: float = 0.99, reward_clip: float = 0.0):
+               n_step: int = 1, gamma: float = 0.99, reward_clip: float = 0.0,
+               extras_example: Any = None):
     super().__init__(num_envs, n_step, gamma, reward_clip)
+    # The agent's extras ride along with the action they came with (one ring per leaf).
+    self._ext_def = None
+    if extras_example is not None:
+      leaves, self._ext_def = jax.tree_util.tree_flatten(extras_example)
+      self._ext = [np.zeros((n_step, num_envs) + np.shape(x), np.asarray(x).dtype) for x in leaves]
     obs_example = np.asarray(obs_example)
     action_example = np.asarray(action_example)
     self._obs_dtype, self._act_dtype = obs_example.dtype, action_example.dtype
@@ -113,13 +130,16 @@ class StepProcessor(ProcessorBase):
     self._ep_return[:] = 0.0
 
   def step(self, action: np.ndarray, reward: np.ndarray, next_obs: np.ndarray,
-           terminated: np.ndarray, truncated: np.ndarray) -> Transition:
+           terminated: np.ndarray, truncated: np.ndarray, extras: Any = None) -> Transition:
     """Consumes one vector-env step; returns the transitions it completes.
 
     Args:
       action: actions taken at ``self.obs``, ``[num_envs, *action_shape]``.
       reward, terminated, truncated: from ``env.step``, ``[num_envs]``.
       next_obs: observations from ``env.step``, ``[num_envs, *obs_shape]``.
+      extras: the agent's extras chosen with ``action`` (leaves ``[num_envs, ...]``), when
+        the processor was built with an ``extras_example``; each transition carries those
+        of its first step.
 
     Returns:
       A ``Transition`` batch ``[m, ...]`` (``m`` may be 0), ordered by sub-env
@@ -127,6 +147,11 @@ class StepProcessor(ProcessorBase):
     """
     if self._current_obs is None:
       raise RuntimeError("StepProcessor.step called before reset(obs).")
+    if (extras is None) != (self._ext_def is None):
+      raise ValueError(
+          "extras passed to a StepProcessor built without extras_example, or the reverse: "
+          "build it with the agent's extras_example() (the Trainer does).")
+    ext = None if extras is None else jax.tree_util.tree_leaves(extras)
     # The cost of a step is numpy call overhead (a few envs, tiny arrays): the paths below
     # are the one general computation (the last one) specialised to fewer operations for
     # the common cases, with the same outputs in the same order.
@@ -151,15 +176,18 @@ class StepProcessor(ProcessorBase):
       self._finished_returns.extend(self._ep_return[done].tolist())
       self._ep_return[done] = 0.0
     if self.n == 1:
-      out = self._step_one(action, reward, next_obs, terminated, real)
+      out = self._step_one(action, reward, next_obs, terminated, real, ext)
     else:
-      out = self._step_n(action, reward, next_obs, terminated, done, any_done, real)
+      out = self._step_n(action, reward, next_obs, terminated, done, any_done, real, ext)
     self._autoreset = done
     self._any_autoreset = any_done
     self._t += 1
     return out
 
-  def _step_one(self, action, reward, next_obs, terminated, real) -> Transition:
+  def _extras(self, leaves) -> Any:
+    return None if leaves is None else jax.tree_util.tree_unflatten(self._ext_def, leaves)
+
+  def _step_one(self, action, reward, next_obs, terminated, real, ext) -> Transition:
     """n = 1: each real step is one transition, discount ``gamma`` or 0; no ring needed.
 
     ``reward + 0.0`` as in the general path (where it turns -0.0 into 0.0).
@@ -175,18 +203,24 @@ class StepProcessor(ProcessorBase):
       return Transition(
           obs=obs, action=action.astype(self._act_dtype),
           reward=(reward + 0.0).astype(np.float32),
-          discount=self._discount_table.take(terminated.view(np.uint8)), next_obs=next_obs)
+          discount=self._discount_table.take(terminated.view(np.uint8)), next_obs=next_obs,
+          extras=None if ext is None else self._extras([np.array(x) for x in ext]))
     es = real.nonzero()[0]
     return Transition(
         obs=obs[es], action=action[es].astype(self._act_dtype, copy=False),
         reward=(reward[es] + 0.0).astype(np.float32),
-        discount=self._discount_table.take(terminated[es].view(np.uint8)), next_obs=next_obs[es])
+        discount=self._discount_table.take(terminated[es].view(np.uint8)), next_obs=next_obs[es],
+        extras=None if ext is None else self._extras([np.asarray(x)[es] for x in ext]))
 
-  def _step_n(self, action, reward, next_obs, terminated, done, any_done, real) -> Transition:
+  def _step_n(self, action, reward, next_obs, terminated, done, any_done, real,
+              ext) -> Transition:
     n, t, gamma = self.n, self._t, self.gamma
     slot = t % n
     self._obs[slot] = self._current_obs
     self._act[slot] = action
+    if ext is not None:
+      for ring, x in zip(self._ext, ext):
+        ring[slot] = x
     self._rew[slot] = reward
     if real is None:
       self._len += 1
@@ -200,6 +234,8 @@ class StepProcessor(ProcessorBase):
       es = (self._len == n).nonzero()[0]
       m = es.shape[0]
       if m == 0:
+        if ext is not None:
+          return self._empty._replace(extras=self._extras([r[0, :0] for r in self._ext]))
         return self._empty
       self._len[es] = n - 1
       rew = rew[:, es]
@@ -209,7 +245,8 @@ class StepProcessor(ProcessorBase):
       oldest = (t + 1) % n  # == (t - (n - 1)) % n
       return Transition(
           obs=self._obs[oldest, es], action=self._act[oldest, es], reward=acc.astype(np.float32),
-          discount=self._full_discounts[:m].copy(), next_obs=next_obs[es])
+          discount=self._full_discounts[:m].copy(), next_obs=next_obs[es],
+          extras=None if ext is None else self._extras([r[oldest, es] for r in self._ext]))
 
     # ret[j, e]: discounted return of the pending entry of row j (started n - 1 - j steps ago).
     ret = np.empty((n, self.num_envs), np.float64)
@@ -229,6 +266,7 @@ class StepProcessor(ProcessorBase):
         reward=ret[js, es].astype(np.float32),
         discount=np.where(terminated[es], np.float32(0.0), self._discount_of_j[js]),
         next_obs=next_obs[es],
+        extras=None if ext is None else self._extras([r[slots, es] for r in self._ext]),
     )
     # Bookkeeping: a full window drops its oldest entry; an episode end clears all.
     self._len = np.where(done, 0, np.minimum(self._len, n - 1))

@@ -45,11 +45,15 @@ def _collector_factory(agent: Agent, config: TrainerConfig, replay) -> Callable:
     from jaxasync.collectors.unrolls import UnrollCollector
     return functools.partial(_unroll_collector, UnrollCollector, data.unroll_length,
                              agent.extras_example())
+  settings = dict(n_step=config.n_step, gamma=config.gamma, reward_clip=config.reward_clip)
   processor = getattr(replay, "step_processor_cls", None)
-  if processor is None:
-    from jaxasync.step_processor import StepProcessor as processor
-  return functools.partial(processor, n_step=config.n_step, gamma=config.gamma,
-                           reward_clip=config.reward_clip)
+  if processor is not None:  # a frame replay and its processor: no room for extras
+    if agent.extras_example() is not None:
+      raise ConfigError(f"{type(replay).__name__} stores frames and actions only; "
+                        f"{type(agent).__name__} returns extras: use a ReplayBuffer.")
+    return functools.partial(processor, **settings)
+  from jaxasync.step_processor import StepProcessor
+  return functools.partial(StepProcessor, extras_example=agent.extras_example(), **settings)
 
 
 def _unroll_collector(cls, unroll_length, extras_example, num_envs, obs_example, action_example):
@@ -127,7 +131,8 @@ class Trainer:
                          items_per_batch=agent.batch_size, updates_per_call=c.updates_per_call,
                          max_policy_lag=c.max_policy_lag)
     self.replay = replay if replay is not None else ReplayBuffer(
-        transition_example(agent.obs_space, agent.action_space), c.replay_capacity, seed=c.seed)
+        transition_example(agent.obs_space, agent.action_space, agent.extras_example()),
+        c.replay_capacity, seed=c.seed)
     if ac is None:  # lock-step: border's opt_interval, counted in env steps
       return ReplaySource(self.replay, agent.batch_size, c.updates_per_call,
                           UpdateCredit(c.opt_interval, c.warmup_period, agent.batch_size),

@@ -260,9 +260,9 @@ def _size_pipe(fd: int, nbytes: int) -> None:
   number of pages; elsewhere nothing happens). A pipe opens at one page and is resized to
   ``maxsize`` frames once the actor's first frame shows how big its chunks are, so what waits
   between an actor and the learner stays bounded by ``maxsize`` chunks in the pipe plus
-  ``maxsize`` in the learner's buffer: the default 64 KiB pipe held ~30 CartPole chunks, data
-  hundreds of SGD steps old by the time a rate-limited learner read it, while a one-page pipe
-  made the actor wait for the learner after every chunk (-25 % env steps/s unthrottled)."""
+  ``maxsize`` in the learner's buffer. A default 64 KiB pipe holds many small chunks, whose
+  data is stale by the time a rate-limited learner reads it; a one-page pipe makes the actor
+  wait for the learner after every chunk (ARCHITECTURE.md has the figures)."""
   if hasattr(fcntl, "F_SETPIPE_SZ"):
     try:
       fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, max(4096, min(nbytes, 1 << 20)))

@@ -26,6 +26,8 @@ class Transition(NamedTuple):
       episode terminated inside the transition.
     next_obs: observation to bootstrap from, ``[..., *obs_shape]``; for a
       truncated episode this is the true final observation, never the reset one.
+    extras: the agent's ``extras`` at ``obs`` (what ``Agent.select`` returned with
+      ``action``: a pytree with leaves ``[..., *leaf_shape]``), or ``None`` (no leaves).
   """
 
   obs: chex.Array
@@ -33,6 +35,7 @@ class Transition(NamedTuple):
   reward: chex.Array
   discount: chex.Array
   next_obs: chex.Array
+  extras: Any = None
 
   def replace(self, **fields) -> "Transition":
     """A copy with ``fields`` replaced (as chex dataclasses' ``replace``)."""
@@ -51,8 +54,9 @@ class ModelInfo(NamedTuple):
   params: PyTree
 
 
-def transition_example(obs_space, action_space) -> Transition:
-  """One transition of zeros (no batch axis) shaped for the given gymnasium spaces."""
+def transition_example(obs_space, action_space, extras_example: PyTree = None) -> Transition:
+  """One transition of zeros (no batch axis) shaped for the given gymnasium spaces (and the
+  agent's ``extras_example``)."""
   obs = np.zeros(obs_space.shape, obs_space.dtype)
   action = np.zeros(action_space.shape, action_space.dtype)
   return Transition(
@@ -61,4 +65,5 @@ def transition_example(obs_space, action_space) -> Transition:
       reward=np.zeros((), np.float32),
       discount=np.zeros((), np.float32),
       next_obs=obs.copy(),
+      extras=extras_example,
   )

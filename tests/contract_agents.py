@@ -58,6 +58,19 @@ class ShapeRecordingDQN(ja.DQN):
     return super().update(state, batch, weights)
 
 
+class ExtrasDQN(ShapeRecordingDQN):
+  """DQN whose actors also hand the learner an extra per step (the epsilon they explored
+  with): transitions carry agents' extras through the replay."""
+
+  def extras_example(self):
+    return {"epsilon": np.float32(0)}
+
+  def select(self, actions, actor_state, rng):
+    eps = self.actor_metrics(actor_state)["epsilon"]
+    actions, _, actor_state = super().select(actions, actor_state, rng)
+    return actions, {"epsilon": np.full(actions.shape, eps, np.float32)}, actor_state
+
+
 class LinearPG(ja.Agent):
   """A linear softmax policy trained by REINFORCE-with-baseline-free one-step advantages on
   unrolls from a queue: the smallest on-policy agent, to exercise ``UnrollCollector`` and
@@ -121,5 +134,7 @@ def factories():
   return {
       "dqn": functools.partial(ShapeRecordingDQN, ja.DQNConfig(hidden_sizes=(8,), batch_size=16),
                                obs_space, action_space),
+      "dqn_extras": functools.partial(ExtrasDQN, ja.DQNConfig(hidden_sizes=(8,), batch_size=16),
+                                      obs_space, action_space),
       "linear_pg": functools.partial(LinearPG, obs_space, action_space),
   }

@@ -1,9 +1,5 @@
 """Shared test fixtures: a Box(4) space, random replay-like batches, the experiment scripts."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import gymnasium as gym
 import jax
 import numpy as np
@@ -30,12 +26,6 @@ def host(tree):
 
 
 def rainbow_module():
-  """experiments/rainbow.py as a module (experiments/ is not a package), loaded once."""
-  name = "jaxasync_experiments_rainbow"
-  if name not in sys.modules:
-    path = Path(__file__).resolve().parents[1] / "experiments" / "rainbow.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclass annotations are resolved through sys.modules
-    spec.loader.exec_module(module)
-  return sys.modules[name]
+  """experiments/rainbow.py (experiments/ is on pytest's pythonpath)."""
+  import rainbow
+  return rainbow

@@ -52,6 +52,8 @@ def test_agent_contract(name, mode):
   shapes = contract_agents.SHAPES[0]
   if agent.data.collector == "transitions":
     assert shapes.obs == (k, n, 2) and shapes.action == (k, n) and shapes.reward == (k, n)
+    extras = agent.extras_example()
+    assert shapes.extras == (None if extras is None else {"epsilon": (k, n)})
   else:
     envs = 3
     t1 = agent.data.unroll_length + 1

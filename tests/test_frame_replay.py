@@ -241,7 +241,7 @@ def test_rejects_plain_transitions_and_mismatched_settings():
   example = transition_example(space, gym.spaces.Discrete(3))
   buf = FrameReplayBuffer(example, 10)
   with pytest.raises(ValueError, match="FrameRecords"):
-    buf.add(Transition(*(v[None] for v in example)))
+    buf.add(Transition(*(v[None] for v in example[:5])))
   obs = np.zeros((2,) + FRAME + (4,), np.uint8)
   for n in (1, 2):
     proc = FrameStepProcessor(2, obs[0], np.int64(0), n_step=n)

@@ -332,3 +332,35 @@ def test_matches_naive_reference_on_cartpole(max_episode_steps):
   if max_episode_steps:
     assert ends["trunc"] > 10
   assert emitted > 3 * num_steps * 0.8
+
+
+@pytest.mark.parametrize("n_step", [1, 2])
+def test_transitions_carry_the_extras_of_their_first_step(n_step):
+  """One sub-env, episode: 3 real steps (terminated at the 3rd), then the autoreset step, then
+  one more real step. The extras given with the action at step t are {"t": t, "pair": [t, -t]};
+  each transition must carry its first step's (never the autoreset step's, t = 3)."""
+  proc = StepProcessor(1, np.zeros(2, np.float32), np.zeros((), np.int64), n_step, 0.5,
+                       extras_example={"t": np.float32(0), "pair": np.zeros(2, np.int32)})
+  proc.reset(np.zeros((1, 2), np.float32))
+  out = []
+  for t, term in enumerate([False, False, True, False, False]):
+    extras = {"t": np.array([t], np.float32), "pair": np.array([[t, -t]], np.int32)}
+    out.append(proc.step(np.array([t]), np.array([1.0]), np.full((1, 2), t + 1, np.float32),
+                         np.array([term]), np.array([False]), extras))
+  firsts = np.concatenate([o.action for o in out]).tolist()  # each transition's first step
+  got_t = np.concatenate([o.extras["t"] for o in out]).tolist()
+  got_pair = np.concatenate([o.extras["pair"] for o in out]).tolist()
+  # Step 3 is the autoreset step (no transition); with n = 2, step 4 has not closed a window.
+  expected_firsts = [0, 1, 2, 4] if n_step == 1 else [0, 1, 2]
+  assert firsts == expected_firsts
+  assert got_t == [float(a) for a in expected_firsts]
+  assert got_pair == [[a, -a] for a in expected_firsts]
+  chex.assert_shape(out[0].extras["pair"], (len(out[0].action), 2))
+
+
+def test_extras_without_an_extras_example_are_refused():
+  proc = StepProcessor(1, np.zeros(2, np.float32), np.zeros((), np.int64))
+  proc.reset(np.zeros((1, 2), np.float32))
+  with pytest.raises(ValueError, match="extras_example"):
+    proc.step(np.array([0]), np.array([1.0]), np.zeros((1, 2), np.float32), np.array([False]),
+              np.array([False]), {"t": np.zeros(1, np.float32)})

@@ -7,7 +7,6 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxasync.step_processor import StepProcessor
 
 PyTree = Any
 
@@ -24,14 +23,7 @@ class ReplayBuffer:
     example: one item (no batch axis): any pytree of arrays, any dtypes.
     capacity: the number of items kept; the oldest are overwritten first.
     seed: seed of the sampling generator.
-
-  Attributes:
-    step_processor_cls: the step processor whose chunks ``add`` takes; trainers and actors
-      build theirs from it, so a replay kind with its own storage layout (e.g. frames stored
-      once) brings its own processor.
   """
-
-  step_processor_cls = StepProcessor
 
   def __init__(self, example: PyTree, capacity: int, seed: int = 0):
     if capacity < 1:

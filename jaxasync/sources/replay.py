@@ -181,8 +181,8 @@ class ReplaySource:
       weights, info = _split(weights, k, b), (_split(idx, k, b), _split(gens, k, b))
     else:
       batch = self.replay.sample(k * b)
-    if type(batch) is Transition:  # field by field: cheaper than jax.tree.map per call
-      batch = Transition(*(_split(x, k, b) for x in batch))
+    if type(batch) is Transition and batch.extras is None:  # cheaper than jax.tree.map
+      batch = Transition(*(_split(x, k, b) for x in batch[:-1]))
     else:
       import jax
       batch = jax.tree.map(lambda x: _split(x, k, b), batch)
