@@ -22,7 +22,8 @@ class TrainerConfig:
     max_env_steps: stop after this many env steps (all sub-envs together); None: no limit.
     duration: stop after this many wall-clock seconds; None: no limit.
     target_eval_reward: stop once an evaluation's mean return reaches it; None: never.
-    warmup_period: env steps collected before the first SGD step.
+    warmup_period: env steps collected before the first SGD step (replay-fed agents; a queue
+      serves its first call as soon as it holds one).
     opt_interval: sync only: env steps per SGD step (1/opt_interval SGD steps per env step).
     updates_per_call: SGD steps per jitted update call.
     eval_interval: SGD steps between evaluations (the final params are evaluated too); 0: none.

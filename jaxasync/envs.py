@@ -78,18 +78,6 @@ def check_env_id(env_id: str) -> None:
         "Pass a registered id, or 'module:EnvName-v0' to import the module that registers it.")
 
 
-def check_discrete_q_spaces(obs_space: gym.Space, action_space: gym.Space, env_id: str) -> None:
-  """Raises ``ConfigError`` unless the spaces suit a discrete-action Q-learner."""
-  if not isinstance(action_space, gym.spaces.Discrete):
-    raise ConfigError(
-        f"{env_id} has action space {action_space}; DQN/Rainbow need a Discrete action space. "
-        "Use a discrete env, or a continuous-control algorithm.")
-  if not isinstance(obs_space, gym.spaces.Box):
-    raise ConfigError(
-        f"{env_id} has observation space {obs_space}; jaxasync's Q-networks need a Box. "
-        "Wrap the env with gymnasium.wrappers.FlattenObservation (or similar) first.")
-
-
 def single_spaces(env: gym.vector.VectorEnv) -> tuple[gym.Space, gym.Space]:
   return env.single_observation_space, env.single_action_space
 

@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from jaxasync.checkpoint import claim_run_dir, save_checkpoint
+from jaxasync.checkpoint import save_checkpoint
 from jaxasync.faults import NonFiniteError, Watchdog, all_finite, logger
 from jaxasync.learner import Learner
 from jaxasync.recorder import Recorder
@@ -33,9 +33,8 @@ class RunLedger:
     self.evals: list[dict] = []
     self.extra_meta = extra_meta or {}
     self.start = time.perf_counter()
+    # (The composition root claimed model_dir before building anything: see Trainer.)
     self.model_dir = Path(config.model_dir) if config.model_dir else None
-    if self.model_dir is not None:  # (event files are the recorder's: its caller checks them)
-      claim_run_dir(self.model_dir, config.overwrite, events=False)
     self._stop_at = float("inf")
     self.interrupted = False
     self.error: str | None = None  # what ended the run, for the summary

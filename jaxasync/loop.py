@@ -41,6 +41,10 @@ class LockstepFeed:
   mode = "sync"
   interrupt_main_when_stuck = True  # the loop's thread itself runs env.step
   waiting = False
+  # Lock-step: the updates an env step pays for run before the run's limits are looked at
+  # (border's loop), so a run stopped by max_env_steps or duration takes its last due call.
+  finish_due_updates = True
+  UPDATE_STAGE = "the replay and the SGD update (the first call compiles)"
 
   def __init__(self, actor: Actor):
     self.actor = actor
@@ -56,7 +60,7 @@ class LockstepFeed:
   def wait(self, loop: "LearnerLoop") -> None:
     self.stage = "env.step"
     chunk = self.actor.step()
-    self.stage = "the replay and the SGD update (the first call compiles)"
+    self.stage = self.UPDATE_STAGE
     if chunk is not None:
       loop.add_chunk(chunk)
 
@@ -93,6 +97,7 @@ class ActorFeed:
   """
 
   interrupt_main_when_stuck = False
+  finish_due_updates = False
 
   def __init__(self, manager: ActorManager, transport: ChunkQueue, inference=None,
                pin_cpu: int | None = None):
@@ -150,8 +155,8 @@ class ActorFeed:
   def stuck_stage(self, loop: "LearnerLoop") -> str:
     """Where a run without progress is stuck, for the watchdog (read from its thread)."""
     source = loop.source
-    warm = getattr(source, "min_size", 0)
-    if len(source) < max(warm, source.updates_per_call * source.batch_size):
+    warm = getattr(source, "min_size", 0)  # (a replay's warmup; a queue has none)
+    if warm and len(source) < max(warm, source.updates_per_call * source.batch_size):
       steps = [int(self.manager.shared.env_steps[i]) for i in range(self.manager.num_actors)]
       return (f"waiting for the actors' chunks to fill the warmup ({len(source)} of {warm} "
               f"items; {loop.chunks_ingested} chunks so far; actors' env steps {steps}, alive "
@@ -300,32 +305,36 @@ class LearnerLoop:
                   time.perf_counter() - run.start)
     if lockstep:  # a synchronous run waits for its evaluation: deterministic, and in order
       worker.wait(abort=lambda: run.failure is not None)
+      self.feed.stage = LockstepFeed.UPDATE_STAGE
 
   # --- the loop ----------------------------------------------------------------------------
   def run(self) -> dict:
     """Runs to the end; returns the summary (also written to ``<model_dir>/summary.json``)."""
     c, learner, run, feed = self.config, self.learner, self.ledger, self.feed
+    self.publish()  # version 0: actors start acting with the initial params
+    feed.start()  # (first: with pin_cpus, the threads created next inherit the learner's core)
     worker = EvalWorker(self.evaluator, self._on_eval)
     eval_t, record_t, save_t, sync_t = (IntervalTrigger(c.eval_interval),
                                         IntervalTrigger(c.record_interval),
                                         IntervalTrigger(c.save_interval),
                                         IntervalTrigger(self.sync_interval))
     bar = progress_bar(c.max_opts, c.progress)
-    self.publish()  # version 0: actors start acting with the initial params
-    feed.start()
     self.source_start = time.perf_counter()
     if hasattr(self.source, "start_clock"):
       self.source.start_clock()
     last = (self.source_start, 0, 0, 0)
     error: BaseException | None = None
-    forced = False
+    forced: KeyboardInterrupt | None = None
     with run.stop_on_sigint():
       dog = run.watchdog(lambda: self.env_steps + learner.opt_steps + self.evaluator.steps,
                          lambda: feed.stuck_stage(self),
                          (lambda: feed.stage == "env.step") if feed.interrupt_main_when_stuck
                          else None)
       try:
-        while not run.should_stop(self.env_steps):
+        while True:
+          due = feed.finish_due_updates and self.can_update()
+          if not due and run.should_stop(self.env_steps):
+            break
           t0 = time.perf_counter()
           feed.ingest(self)
           t1 = time.perf_counter()
@@ -354,14 +363,15 @@ class LearnerLoop:
             self._save(str(opt))
         if run.failure is not None:
           raise run.failure
-      except KeyboardInterrupt:  # outside the main thread, or a second Ctrl-C
-        run.interrupted = forced = True
+      except KeyboardInterrupt as e:  # a second Ctrl-C (or one outside the main thread):
+        run.interrupted = True       # clean up, save, then raise it
+        forced = e
       except BaseException as e:
         error = e
       finally:
         dog.stop()
         bar.close()
-        if error is None and not forced:  # (a forced stop may have lost the state mid-update)
+        if error is None and forced is None:  # (a forced stop may have lost the state mid-update)
           self.publish()  # actors end on the final params
         feed.stop()
         worker.close(wait_pending=error is None and not run.interrupted)
@@ -375,7 +385,8 @@ class LearnerLoop:
         except Exception as eval_error:
           error = eval_error
         finally:
-          self.evaluator.close()
+          if not worker.alive:  # (a forced stop may leave an evaluation running: no close
+            self.evaluator.close()  # under its feet; the daemon thread ends with the process)
         try:
           self._save("final")
         except Exception as save_error:  # never mask the error that ended the run
@@ -383,9 +394,12 @@ class LearnerLoop:
         run.record_error(error)
         summary = self.summary()
         run.write_summary(summary)
+        self.recorder.close()
         feed.close()
     if error is not None:
       raise error
+    if forced is not None:
+      raise forced
     return summary
 
   def summary(self) -> dict:

@@ -18,6 +18,7 @@ import numpy as np
 from jaxasync.actor import Actor, ActorConfig, ActorShared
 from jaxasync.actor_manager import ActorManager, ActorStats
 from jaxasync.agent import Agent
+from jaxasync.checkpoint import claim_run_dir
 from jaxasync.config import AsyncConfig, TrainerConfig
 from jaxasync.envs import ConfigError, EnvFactory
 from jaxasync.evaluator import Evaluator
@@ -60,6 +61,23 @@ def _unroll_collector(cls, unroll_length, extras_example, num_envs, obs_example,
   return cls(num_envs, obs_example, action_example, extras_example, unroll_length)
 
 
+def _check_data_spec(agent: Agent, replay) -> None:
+  """Raises ``ConfigError`` for a ``DataSpec`` the run cannot serve."""
+  data = agent.data
+  pairs = {("transitions", "replay"), ("unrolls", "queue")}
+  if (data.collector, data.source) not in pairs:
+    raise ConfigError(
+        f"{type(agent).__name__}.data = {data}: a run serves transitions from a replay or "
+        "unrolls from a queue; set DataSpec(collector='transitions', source='replay') or "
+        "DataSpec(collector='unrolls', source='queue', unroll_length=T).")
+  if data.collector == "unrolls" and data.unroll_length < 1:
+    raise ConfigError(f"{type(agent).__name__}.data.unroll_length must be >= 1 for unrolls, "
+                      f"got {data.unroll_length}.")
+  if data.source == "queue" and replay is not None:
+    raise ConfigError(f"{type(agent).__name__} learns from a queue (DataSpec source='queue'): "
+                      "it takes no replay; drop the replay argument.")
+
+
 class Trainer:
   """A run: ``train()`` runs it to the end and returns the summary.
 
@@ -85,6 +103,9 @@ class Trainer:
       raise ConfigError(f"{type(agent).__name__} is not a jaxasync.Agent: subclass "
                         "jaxasync.Agent and implement its members (see jaxasync/agent.py).")
     config.validate(agent.batch_size)
+    _check_data_spec(agent, replay)
+    if config.model_dir:  # before any env, queue or shared memory exists: a refusal leaks none
+      claim_run_dir(config.model_dir, config.overwrite, events=False)
     self.agent, self.config, self.async_config = agent, config, async_config
     self.recorder = recorder or NullRecorder()
     ac = async_config
@@ -92,7 +113,7 @@ class Trainer:
       ac.validate()
       if ac.actor_mode == "process" and agent_factory is None:
         raise ConfigError("process actors build their own agent: pass agent_factory (a "
-                          "picklable callable, e.g. functools.partial(DQN, config, obs_space, "
+                          "picklable callable, e.g. functools.partial(MyAgent, config, obs_space, "
                           "action_space)).")
     agent_factory = agent_factory or (lambda: agent)
     self.replay = None

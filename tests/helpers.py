@@ -1,5 +1,9 @@
 """Shared test fixtures: a Box(4) space, random replay-like batches, the experiment scripts."""
 
+import multiprocessing as mp
+import threading
+import time
+
 import gymnasium as gym
 import jax
 import numpy as np
@@ -29,3 +33,14 @@ def rainbow_module():
   """experiments/rainbow.py (experiments/ is on pytest's pythonpath)."""
   import rainbow
   return rainbow
+
+
+def assert_no_strays(before: set) -> None:
+  """Within 5 s, no thread beyond the idents in ``before`` and no child process is left."""
+  deadline = time.monotonic() + 5
+  while time.monotonic() < deadline:
+    extra = [t for t in threading.enumerate() if t.ident not in before and t.is_alive()]
+    if not extra and not mp.active_children():
+      return
+    time.sleep(0.05)
+  raise AssertionError(f"stray threads {extra} or processes {mp.active_children()}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import signal
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import pytest
 import jaxasync as ja
 import faulty_envs
 from faulty_envs import LearnerFault, RaisingDQN, RaisingEnvFactory
+from helpers import assert_no_strays
 
 CARTPOLE = ja.EnvFactory("CartPole-v1")
 
@@ -36,16 +36,6 @@ def _trainer(agent_cls=ja.DQN, env=CARTPOLE, config=None, **async_kw):
   base.update(async_kw)
   return ja.AsyncTrainer(factory(), factory, env, config or _config(), ja.AsyncConfig(**base),
                          recorder=ja.MemoryRecorder())
-
-
-def _no_strays(before: set) -> None:
-  deadline = time.monotonic() + 5
-  while time.monotonic() < deadline:
-    extra = [t for t in threading.enumerate() if t.ident not in before and t.is_alive()]
-    if not extra and not mp.active_children():
-      return
-    time.sleep(0.05)
-  raise AssertionError(f"stray threads {extra} or processes {mp.active_children()}")
 
 
 @pytest.mark.parametrize("mode", ["thread", "process"])
@@ -70,7 +60,7 @@ def test_versions_increase_and_nothing_lost(mode):
   assert summary["dropped_chunks"] == 0
   for s in trainer.actor_stats:
     assert s.env_steps > 0 and s.restarts == 0 and s.samples_per_sec > 0
-  _no_strays(before)
+  assert_no_strays(before)
 
 
 def test_drop_oldest_counts_drops():
@@ -94,7 +84,7 @@ def test_raising_env_is_restarted_and_counted(mode):
   assert summary["opt_steps"] >= 200
   assert trainer.actor_stats[0].restarts >= 1
   assert summary["actor_restarts"] == trainer.actor_stats[0].restarts
-  _no_strays(before)
+  assert_no_strays(before)
 
 
 def test_restarted_actors_get_fresh_seeds():
@@ -120,7 +110,7 @@ def test_actor_failing_past_max_restarts_fails_the_run():
   with pytest.raises(ja.ActorFailed, match="env exploded on purpose"):
     trainer.train()
   assert trainer.feed.manager.restarts == [2]
-  _no_strays(before)
+  assert_no_strays(before)
 
 
 @pytest.mark.parametrize("mode", ["thread", "process"])
@@ -130,7 +120,7 @@ def test_learner_error_propagates_and_stops_actors(mode):
   with pytest.raises(LearnerFault):
     trainer.train()
   assert not any(trainer.feed.manager.alive())
-  _no_strays(before)
+  assert_no_strays(before)
 
 
 def test_rate_limiter_holds_samples_per_insert():
@@ -268,4 +258,4 @@ def test_central_inference_serves_actors(mode):
   assert trainer.feed.inference.batches <= trainer.feed.inference.requests_served
   assert trainer.loop.order_errors == 0  # the server's versions only move forward too
   assert max(v for v, _ in trainer.loop.last_chunk.values()) > 0
-  _no_strays(before)
+  assert_no_strays(before)

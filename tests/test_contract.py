@@ -7,15 +7,14 @@ A new agent adds a row to ``contract_agents.factories()``.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import threading
-import time
 
 import numpy as np
 import pytest
 
 import contract_agents
 import jaxasync as ja
+from helpers import assert_no_strays
 
 MODES = ["sync", "thread", "process"]
 
@@ -65,14 +64,7 @@ def test_agent_contract(name, mode):
   assert trainer.param_store.version == 64
   for stats in trainer.actor_stats:
     assert stats.adopted_version == 64 and stats.env_steps > 0 and stats.restarts == 0
-  # Clean shutdown: no thread or process left behind.
-  deadline = time.monotonic() + 5
-  while time.monotonic() < deadline:
-    extra = [t for t in threading.enumerate() if t.ident not in before and t.is_alive()]
-    if not extra and not mp.active_children():
-      break
-    time.sleep(0.05)
-  assert not extra and not mp.active_children()
+  assert_no_strays(before)  # clean shutdown: no thread or process left behind
 
 
 def test_an_incomplete_agent_fails_at_construction_with_the_missing_member():
@@ -90,3 +82,15 @@ def test_an_incomplete_agent_fails_at_construction_with_the_missing_member():
 def test_a_non_agent_is_refused_with_the_fix():
   with pytest.raises(ja.ConfigError, match="subclass jaxasync.Agent"):
     ja.Trainer(object(), contract_agents.TinyEnvFactory(), ja.TrainerConfig())
+
+
+@pytest.mark.parametrize("data, message", [
+    (ja.DataSpec(collector="transitions", source="queue"), "transitions from a replay"),
+    (ja.DataSpec(collector="unrolls", source="replay", unroll_length=4), "unrolls from a queue"),
+    (ja.DataSpec(collector="unrolls", source="queue", unroll_length=0), "unroll_length must be"),
+])
+def test_an_unservable_data_spec_is_refused_before_anything_runs(data, message):
+  agent = contract_agents.factories()["linear_pg"]()
+  agent.data = data
+  with pytest.raises(ja.ConfigError, match=message):
+    ja.Trainer(agent, contract_agents.TinyEnvFactory(), ja.TrainerConfig(progress=False))

@@ -204,3 +204,40 @@ def test_final_evaluation_is_of_the_final_params(cartpole_spaces):
   assert [e["opt_steps"] for e in summary["evals"]] == [64, 100]
   assert summary["final_eval_opt_steps"] == 100
   assert summary["final_eval_reward"] == summary["evals"][-1]["eval_reward"]
+
+
+def test_a_sync_run_stopped_by_max_env_steps_takes_its_last_due_update(cartpole_spaces):
+  """border's loop spends what an env step earned before it looks at the limits: warmup 64,
+  4 envs, one SGD step per env step, one per call: 4 calls after each vector step from env
+  step 64 to 200 (the replay then holds >= 56 transitions, enough for a batch of 32), so
+  ((200 - 64) / 4 + 1) * 4 = 140 SGD steps when max_env_steps is 200 (136 if the last
+  vector step's calls were dropped)."""
+  trainer = Trainer(_dqn(cartpole_spaces, batch_size=32), CARTPOLE,
+                    TrainerConfig(warmup_period=64, num_envs=4, updates_per_call=1,
+                                  max_env_steps=200, eval_interval=0, progress=False))
+  summary = trainer.train()
+  assert summary["env_steps"] == 200 and summary["opt_steps"] == 140
+
+
+class _InterruptingDQN(DQN):
+  """Its third update call raises KeyboardInterrupt (a second Ctrl-C arriving mid-run)."""
+
+  calls = 0
+
+  def update(self, state, batch, weights=None):
+    type(self).calls += 1
+    if type(self).calls == 3:
+      raise KeyboardInterrupt
+    return super().update(state, batch, weights)
+
+
+def test_a_forced_stop_saves_and_then_raises(cartpole_spaces, tmp_path):
+  _InterruptingDQN.calls = 0
+  agent = _InterruptingDQN(DQNConfig(batch_size=32), *cartpole_spaces)
+  trainer = Trainer(agent, CARTPOLE, TrainerConfig(warmup_period=64, eval_interval=0,
+                                                   progress=False, model_dir=str(tmp_path)))
+  with pytest.raises(KeyboardInterrupt):
+    trainer.train()
+  summary = json.loads((tmp_path / "summary.json").read_text())
+  assert summary["interrupted"] is True and summary["opt_steps"] == 8
+  assert (tmp_path / "final" / "meta.json").exists()

@@ -34,7 +34,7 @@ import rlax
 from jaxasync.agent import ActorContext, Agent, DataSpec
 from jaxasync.agents.exploration import (EpsilonState, apex_epsilons, epsilon_greedy,
                                          linear_epsilon)
-from jaxasync.envs import ConfigError, check_discrete_q_spaces
+from jaxasync.envs import ConfigError
 from jaxasync.agents.q_network import QNetwork
 from jaxasync.networks import TORSOS, Torso, check_torso, default_torso
 from jaxasync.types import Transition
@@ -161,6 +161,18 @@ def learning_rate_schedule(config: DQNConfig) -> optax.ScalarOrSchedule:
     return config.learning_rate
   return optax.linear_schedule(config.learning_rate, config.learning_rate_end,
                                config.learning_rate_decay_steps)
+
+
+def check_discrete_q_spaces(obs_space: gym.Space, action_space: gym.Space, env_id: str) -> None:
+  """Raises ``ConfigError`` unless the spaces suit a discrete-action Q-learner."""
+  if not isinstance(action_space, gym.spaces.Discrete):
+    raise ConfigError(
+        f"{env_id} has action space {action_space}; DQN/Rainbow need a Discrete action space. "
+        "Use a discrete env, or a continuous-control algorithm.")
+  if not isinstance(obs_space, gym.spaces.Box):
+    raise ConfigError(
+        f"{env_id} has observation space {obs_space}; DQN's Q-networks need a Box. "
+        "Wrap the env with gymnasium.wrappers.FlattenObservation (or similar) first.")
 
 
 class DQN(Agent):
