@@ -12,7 +12,7 @@ from jaxasync.evaluator import Evaluator
 from jaxasync.faults import NonFiniteError, StallError
 from jaxasync.inference import InferenceClient, InferenceServer
 from jaxasync.config import AsyncConfig, TrainerConfig
-from jaxasync.hooks import IntervalTrigger
+from jaxasync.hooks import Hook, IntervalTrigger
 from jaxasync.learner import Learner
 from jaxasync.ledger import RunLedger
 from jaxasync.loop import ActorFeed, LearnerLoop, LockstepFeed
@@ -57,6 +57,7 @@ __all__ = [
     "FrameStepProcessor",
     "InferenceClient",
     "InferenceServer",
+    "Hook",
     "IntervalTrigger",
     "Learner",
     "LearnerLoop",

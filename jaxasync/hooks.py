@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
+from typing import Callable
 
 from tqdm.auto import tqdm
 
@@ -25,6 +27,24 @@ class IntervalTrigger:
     fired = count // self.interval > self._last // self.interval
     self._last = count
     return fired
+
+
+@dataclasses.dataclass(frozen=True)
+class Hook:
+  """``fn(loop)`` every ``interval`` SGD steps, after the update call that crosses a multiple
+  of it (``interval <= 0``: never). The loop's own evaluation, recording and checkpoints are
+  hooks; ``Trainer(hooks=[...])`` adds a run's own (custom logging, early stopping through
+  ``loop.ledger.request_stop()``, ...), called in the learner's thread after those.
+
+  Attributes:
+    interval: SGD steps between calls.
+    fn: called with the ``LearnerLoop`` (its ``learner``, ``source``, ``ledger``, counters).
+    name: for messages.
+  """
+
+  interval: int
+  fn: Callable
+  name: str = "hook"
 
 
 class _NoBar:

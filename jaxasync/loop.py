@@ -23,7 +23,7 @@ import time
 
 from jaxasync.actor import Actor
 from jaxasync.actor_manager import ActorManager, ActorStats
-from jaxasync.hooks import EvalWorker, IntervalTrigger, progress_bar
+from jaxasync.hooks import EvalWorker, Hook, IntervalTrigger, progress_bar
 from jaxasync.ledger import RunLedger
 from jaxasync.learner import Learner
 from jaxasync.param_store import host_copy
@@ -208,13 +208,16 @@ class LearnerLoop:
     recorder: where scalars go.
     sync_interval: SGD steps between publications.
     extra_meta: added to every checkpoint's metadata and the summary.
+    hooks: the run's own ``Hook``s, called after evaluation, recording and checkpoints.
   """
 
   def __init__(self, config, learner: Learner, source, feed, param_store, evaluator,
-               recorder: Recorder, sync_interval: int, extra_meta: dict | None = None):
+               recorder: Recorder, sync_interval: int, extra_meta: dict | None = None,
+               hooks: tuple[Hook, ...] = ()):
     self.config, self.learner, self.source, self.feed = config, learner, source, feed
     self.param_store, self.evaluator, self.recorder = param_store, evaluator, recorder
     self.sync_interval = sync_interval
+    self.user_hooks = tuple(hooks)
     self.ledger = RunLedger(config, learner, recorder, extra_meta)
     # Counters.
     self.env_steps = 0
@@ -263,7 +266,9 @@ class LearnerLoop:
             "update": self.learner.time_update, "publish": self.times["publish"],
             "wait": self.times["wait"]}
 
-  def _record(self, opt: int, last: tuple) -> tuple:
+  def _record(self, loop=None) -> None:
+    """The recording hook: the seeds' figures since the last record, the agent's metrics."""
+    opt, last = self.learner.opt_steps, self._last_record
     now = time.perf_counter()
     dt = max(1e-9, now - last[0])
     lags = self._lags
@@ -282,7 +287,11 @@ class LearnerLoop:
       values["train_episode_return"] = self._returns[0] / self._returns[1]
     self.recorder.record(opt, values)
     self._lags, self._returns = [0, 0, 0, 0], [0.0, 0]
-    return (now, self.inserted, self.env_steps, opt)
+    self._last_record = (now, self.inserted, self.env_steps, opt)
+    run = self.ledger
+    if run.evals:
+      self._bar.set_postfix(eval_reward=f"{run.final_eval_reward:.1f}",
+                            best=f"{run.best_eval_reward:.1f}")
 
   def _save(self, name: str) -> None:
     rng_states = {**self.feed.rng_states()}
@@ -295,8 +304,9 @@ class LearnerLoop:
     self.ledger.on_eval(reward, opt_steps, env_steps, opt_steps, state_for_best=state,
                         wall_s=wall_s)
 
-  def _evaluate(self, worker: EvalWorker) -> None:
-    learner, run = self.learner, self.ledger
+  def _evaluate(self, loop=None) -> None:
+    """The evaluation hook: hands host copies to the evaluation thread (sync: waits)."""
+    learner, run, worker = self.learner, self.ledger, self._worker
     lockstep = isinstance(self.feed, LockstepFeed)
     if lockstep:
       self.feed.stage = "evaluation"
@@ -313,16 +323,18 @@ class LearnerLoop:
     c, learner, run, feed = self.config, self.learner, self.ledger, self.feed
     self.publish()  # version 0: actors start acting with the initial params
     feed.start()  # (first: with pin_cpus, the threads created next inherit the learner's core)
-    worker = EvalWorker(self.evaluator, self._on_eval)
-    eval_t, record_t, save_t, sync_t = (IntervalTrigger(c.eval_interval),
-                                        IntervalTrigger(c.record_interval),
-                                        IntervalTrigger(c.save_interval),
-                                        IntervalTrigger(self.sync_interval))
-    bar = progress_bar(c.max_opts, c.progress)
+    worker = self._worker = EvalWorker(self.evaluator, self._on_eval)
+    hooks = (Hook(c.eval_interval, self._evaluate, "evaluate"),
+             Hook(c.record_interval, self._record, "record"),
+             Hook(c.save_interval, lambda loop: self._save(str(learner.opt_steps)), "save"),
+             *self.user_hooks)
+    triggers = [IntervalTrigger(h.interval) for h in hooks]
+    sync_t = IntervalTrigger(self.sync_interval)
+    bar = self._bar = progress_bar(c.max_opts, c.progress)
     self.source_start = time.perf_counter()
     if hasattr(self.source, "start_clock"):
       self.source.start_clock()
-    last = (self.source_start, 0, 0, 0)
+    self._last_record = (self.source_start, 0, 0, 0)
     error: BaseException | None = None
     forced: KeyboardInterrupt | None = None
     with run.stop_on_sigint():
@@ -352,15 +364,9 @@ class LearnerLoop:
           if sync_t(opt):
             self.publish()
           bar.update(opt - bar.n)
-          if eval_t(opt):
-            self._evaluate(worker)
-          if record_t(opt):
-            last = self._record(opt, last)
-            if run.evals:
-              bar.set_postfix(eval_reward=f"{run.final_eval_reward:.1f}",
-                              best=f"{run.best_eval_reward:.1f}")
-          if save_t(opt):
-            self._save(str(opt))
+          for hook, trigger in zip(hooks, triggers):
+            if trigger(opt):
+              hook.fn(self)
         if run.failure is not None:
           raise run.failure
       except KeyboardInterrupt as e:  # a second Ctrl-C (or one outside the main thread):

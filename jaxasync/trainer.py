@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -22,6 +22,7 @@ from jaxasync.checkpoint import claim_run_dir
 from jaxasync.config import AsyncConfig, TrainerConfig
 from jaxasync.envs import ConfigError, EnvFactory
 from jaxasync.evaluator import Evaluator
+from jaxasync.hooks import Hook
 from jaxasync.inference import InferenceServer
 from jaxasync.learner import Learner
 from jaxasync.loop import ActorFeed, LearnerLoop, LockstepFeed
@@ -93,12 +94,14 @@ class Trainer:
     agent_factory: picklable callable building the actors' agent (process actors need it;
       thread actors and the lock-step actor share ``agent`` when it is ``None``).
     source: a data source to use instead of the one ``agent.data`` asks for.
+    hooks: the run's own ``Hook``s (``fn(loop)`` every ``interval`` SGD steps).
   """
 
   def __init__(self, agent: Agent, env_factory: EnvFactory, config: TrainerConfig,
                recorder: Recorder | None = None, eval_env_factory: EnvFactory | None = None,
                replay=None, async_config: AsyncConfig | None = None,
-               agent_factory: Callable[[], Agent] | None = None, source=None):
+               agent_factory: Callable[[], Agent] | None = None, source=None,
+               hooks: Sequence[Hook] = ()):
     if not isinstance(agent, Agent):
       raise ConfigError(f"{type(agent).__name__} is not a jaxasync.Agent: subclass "
                         "jaxasync.Agent and implement its members (see jaxasync/agent.py).")
@@ -140,7 +143,7 @@ class Trainer:
       sync_interval = ac.sync_interval
     self.loop = LearnerLoop(config, self.learner, self.source, self.feed, self.param_store,
                             self.evaluator, self.recorder, sync_interval,
-                            {"mode": self.feed.mode})
+                            {"mode": self.feed.mode}, hooks=tuple(hooks))
 
   def _make_source(self, replay):
     c, ac, agent = self.config, self.async_config, self.agent

@@ -241,3 +241,22 @@ def test_a_forced_stop_saves_and_then_raises(cartpole_spaces, tmp_path):
   summary = json.loads((tmp_path / "summary.json").read_text())
   assert summary["interrupted"] is True and summary["opt_steps"] == 8
   assert (tmp_path / "final" / "meta.json").exists()
+
+
+def test_a_runs_own_hooks_are_called_on_their_interval_and_can_stop_it(cartpole_spaces):
+  """Hooks fire after the update call that crosses a multiple of their interval (k = 4: at 52
+  and 100 for 50), with the loop; one that asks the ledger to stop ends the run there."""
+  seen = []
+
+  def stop_at_100(loop):
+    if loop.learner.opt_steps >= 100:
+      loop.ledger.request_stop()
+
+  from jaxasync import Hook
+  trainer = Trainer(_dqn(cartpole_spaces, batch_size=32), CARTPOLE,
+                    TrainerConfig(warmup_period=64, max_opts=1_000, eval_interval=0,
+                                  progress=False),
+                    hooks=[Hook(50, lambda loop: seen.append(loop.learner.opt_steps), "seen"),
+                           Hook(25, stop_at_100, "stop")])
+  summary = trainer.train()
+  assert seen == [52, 100] and summary["opt_steps"] == 100
