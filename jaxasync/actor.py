@@ -15,6 +15,7 @@ import time
 import traceback
 from typing import Any, Callable, Sequence
 
+import jax
 import numpy as np
 
 from jaxasync.agent import ActorContext
@@ -242,5 +243,4 @@ def _concat(parts: Sequence) -> Any:
   if all(type(p) is Transition and p.extras is None for p in parts):
     # (field by field, the extras field, None, left out)
     return Transition(*(np.concatenate(field) for field in zip(*(p[:-1] for p in parts))))
-  import jax
   return jax.tree.map(lambda *xs: np.concatenate(xs, axis=0), *parts)

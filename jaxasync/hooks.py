@@ -65,8 +65,8 @@ def progress_bar(total: int, enabled: bool):
 class EvalWorker:
   """Evaluates in its own thread, so that learning never stalls; the latest request wins.
 
-  The lock-step loop waits for each evaluation (``wait=True`` in ``submit``), which keeps a
-  synchronous run deterministic; the asynchronous loop does not.
+  The lock-step loop waits for each evaluation (``wait``), which keeps a synchronous run
+  deterministic; the asynchronous loop does not.
 
   Args:
     evaluator: runs the episodes.
@@ -84,16 +84,13 @@ class EvalWorker:
     self._thread = threading.Thread(target=self._loop, name="jaxasync-eval", daemon=True)
     self._thread.start()
 
-  def submit(self, opt_steps: int, env_steps: int, params, state, wall_s: float,
-             wait: bool = False) -> None:
+  def submit(self, opt_steps: int, env_steps: int, params, state, wall_s: float) -> None:
     """Asks for an evaluation of ``params`` (those of ``opt_steps``; ``state``: host copy of
     the whole agent state, for ``best``), replacing a request not yet started. It is logged at
-    ``wall_s``, the time of the request. ``wait``: return when it is done (or failed)."""
+    ``wall_s``, the time of the request."""
     with self._cv:
       self._request = (opt_steps, env_steps, params, state, wall_s)
       self._cv.notify()
-    if wait:
-      self.wait()
 
   def wait(self, timeout: float | None = None, abort=None) -> None:
     """Waits until no evaluation is pending or running, the worker died, ``timeout`` passed or

@@ -261,8 +261,7 @@ class LearnerLoop:
     self.times["publish"] += time.perf_counter() - t0
 
   def stage_times(self) -> dict[str, float]:
-    return {"ingest": self.times["ingest"], "sample": self.source.time_sample
-            if hasattr(self.source, "time_sample") else 0.0,
+    return {"ingest": self.times["ingest"], "sample": self.source.time_sample,
             "update": self.learner.time_update, "publish": self.times["publish"],
             "wait": self.times["wait"]}
 
@@ -294,10 +293,7 @@ class LearnerLoop:
                             best=f"{run.best_eval_reward:.1f}")
 
   def _save(self, name: str) -> None:
-    rng_states = {**self.feed.rng_states()}
-    replay = getattr(self.source, "replay", None)
-    if replay is not None and hasattr(replay, "rng_state"):
-      rng_states["replay"] = replay.rng_state
+    rng_states = {**self.feed.rng_states(), **self.source.rng_states()}
     self.ledger.save(name, {"env_steps": self.env_steps, "rng_states": rng_states})
 
   def _on_eval(self, reward, opt_steps, env_steps, state, wall_s) -> None:
@@ -331,10 +327,8 @@ class LearnerLoop:
     triggers = [IntervalTrigger(h.interval) for h in hooks]
     sync_t = IntervalTrigger(self.sync_interval)
     bar = self._bar = progress_bar(c.max_opts, c.progress)
-    self.source_start = time.perf_counter()
-    if hasattr(self.source, "start_clock"):
-      self.source.start_clock()
-    self._last_record = (self.source_start, 0, 0, 0)
+    self.source.start_clock()
+    self._last_record = (time.perf_counter(), 0, 0, 0)
     error: BaseException | None = None
     forced: KeyboardInterrupt | None = None
     with run.stop_on_sigint():
@@ -344,6 +338,7 @@ class LearnerLoop:
                          else None)
       try:
         while True:
+          # (lock-step: ingest is a no-op, so this answer still holds after it)
           due = feed.finish_due_updates and self.can_update()
           if not due and run.should_stop(self.env_steps):
             break
@@ -354,7 +349,7 @@ class LearnerLoop:
           feed.supervise()
           if worker.error is not None:
             raise worker.error
-          if not self.can_update():
+          if not (due or self.can_update()):
             feed.wait(self)
             self.times["wait"] += time.perf_counter() - t1
             continue

@@ -12,7 +12,8 @@ learner loop calls, and only calls:
   clock of a training-frequency cap): the loop then takes chunks even when actors are ahead;
 * ``sample(opt_steps) -> Sample``: the data of one update call of ``updates_per_call`` SGD steps;
 * ``feedback(info, feedback)``: what the agent's update returned for that call (new priorities);
-* ``metrics() -> dict``: figures to record;
+* ``metrics() -> dict``: figures to record; ``rng_states() -> dict``: generator states for
+  checkpoint metadata; ``start_clock()``: the run starts; ``time_sample``: seconds sampling;
 * ``updates_per_call``, ``batch_size`` and ``__len__``.
 
 Two kinds: ``ReplaySource`` (off-policy: a replay, a rate limit, priorities) and

@@ -68,6 +68,15 @@ class QueueSource:
     """Whether ``n`` more items fit (``capacity``)."""
     return len(self._items) + n <= self.capacity
 
+  time_sample = 0.0  # (sampling is a pop and a concatenation: not timed)
+
+  def start_clock(self) -> None:
+    """(Nothing to time: a queue has no training-frequency cap.)"""
+
+  def rng_states(self) -> dict:
+    """(A queue draws nothing at random.)"""
+    return {}
+
   @property
   def batch_size(self) -> int:
     """Items per update (``items_per_batch``), as the learner counts samples."""

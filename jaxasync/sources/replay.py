@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import jax
 import numpy as np
 
 from jaxasync.envs import ConfigError
@@ -43,7 +44,10 @@ class RateLimiter:
             or -self.error(inserted + n, sampled) <= self.tolerance)
 
   def on_add(self, env_steps_total: int, env_steps: int, ready: bool) -> None:
-    """(Counts items, not env steps: nothing to do.)"""
+    """(It reads the source's item counts: nothing to keep.)"""
+
+  def on_sample(self, n: int) -> None:
+    """(It reads the source's item counts: nothing to keep.)"""
 
 
 class UpdateCredit:
@@ -127,6 +131,10 @@ class ReplaySource:
   def __len__(self) -> int:
     return len(self.replay)
 
+  def rng_states(self) -> dict:
+    """The replay's sampling generator state, for checkpoint metadata."""
+    return {"replay": self.replay.rng_state}
+
   def start_clock(self) -> None:
     """Starts the ``max_train_frequency`` clock (when actors start)."""
     self._clock = time.perf_counter()
@@ -184,10 +192,9 @@ class ReplaySource:
     if type(batch) is Transition and batch.extras is None:  # cheaper than jax.tree.map
       batch = Transition(*(_split(x, k, b) for x in batch[:-1]))
     else:
-      import jax
       batch = jax.tree.map(lambda x: _split(x, k, b), batch)
     self.sampled += k * b
-    if isinstance(self.limiter, UpdateCredit):
+    if self.limiter is not None:
       self.limiter.on_sample(k * b)
     self.time_sample += time.perf_counter() - t0
     return Sample(batch, weights, info)
