@@ -250,8 +250,10 @@ def test_final_evaluation_is_of_the_final_params(mode):
 @pytest.mark.parametrize("mode", ["thread", "process"])
 def test_central_inference_serves_actors(mode):
   before = {t.ident for t in threading.enumerate()}
+  # A replay ratio, so that the learner cannot reach 400 SGD steps on the warmup's chunks
+  # alone (on a loaded machine it did): chunks made with published params must arrive.
   trainer = _trainer(actor_mode=mode, inference_servers=1, inference_batchsize=2,
-                     inference_device="cpu")
+                     inference_device="cpu", samples_per_insert=8.0)
   summary = trainer.train()
   assert summary["opt_steps"] >= 400
   assert trainer.feed.inference.requests_served > 0
