@@ -31,7 +31,9 @@ def default_mode() -> str:
 
 
 @dataclasses.dataclass
-class Args:
+class RunArgs:
+  """The flags of a run, whatever the agent (experiments/rainbow.py and sac.py reuse them)."""
+
   # Each field's docstring is its --help text: one line each (tyro keeps the line breaks of a
   # field docstring), the longer story in a comment above the field.
 
@@ -85,11 +87,6 @@ class Args:
   """numbered checkpoints kept, the newest (best/ and final/ always stay); 0 keeps all."""
   progress: bool = True
   """show a progress bar (--no-progress: print metrics lines instead)."""
-  # Annealed, the final params settle instead of being shaken by full-size Adam steps to the
-  # end (scripts/bench_learning.py measures the difference).
-  anneal_lr: bool = True
-  """anneal the LR to --agent.learning-rate-end over --max-opts if no LR decay steps are set."""
-  agent: ja.DQNConfig = dataclasses.field(default_factory=ja.DQNConfig)
   async_: Annotated[ja.AsyncConfig, tyro.conf.arg(name="async")] = dataclasses.field(
       # One actor process with 4 envs, 64 sampled items per inserted transition, params
       # published every 10 SGD steps: chosen with scripts/bench_learning.py (README, 'Choosing
@@ -98,7 +95,18 @@ class Args:
                                              sync_interval=10))
 
 
-def trainer_config(args: Args) -> ja.TrainerConfig:
+@dataclasses.dataclass
+class Args(RunArgs):
+  """DQN's flags: the run's, the learning-rate annealing and the agent's (--agent.*)."""
+
+  # Annealed, the final params settle instead of being shaken by full-size Adam steps to the
+  # end (scripts/bench_learning.py measures the difference).
+  anneal_lr: bool = True
+  """anneal the LR to --agent.learning-rate-end over --max-opts if no LR decay steps are set."""
+  agent: ja.DQNConfig = dataclasses.field(default_factory=ja.DQNConfig)
+
+
+def trainer_config(args: RunArgs) -> ja.TrainerConfig:
   """The loop's settings: every ``Args`` field that ``TrainerConfig`` has, plus the logdir."""
   names = {f.name for f in dataclasses.fields(ja.TrainerConfig)} - {"model_dir"}
   return ja.TrainerConfig(model_dir=args.logdir,
@@ -112,7 +120,7 @@ def agent_config(args: Args) -> ja.DQNConfig:
   return args.agent
 
 
-def default_envs(args: Args) -> tuple[Any, Any]:
+def default_envs(args: RunArgs) -> tuple[Any, Any]:
   """(training, evaluation) env factories for --env-id / --eval-env-id: ``MinAtarEnvFactory``
   for MinAtar ids, else ``EnvFactory`` (checked, so a bad id fails here with the fix)."""
   ids = args.env_id, args.eval_env_id or args.env_id
@@ -123,18 +131,21 @@ def default_envs(args: Args) -> tuple[Any, Any]:
   return tuple(ja.EnvFactory(i) for i in ids)
 
 
-def run(args: Args, title: str, make_replay: Callable[[ja.DQN], Any] | None = None,
-        envs: tuple[Any, Any] | None = None) -> dict:
+def run(args: RunArgs, title: str, make_replay: Callable[[ja.Agent], Any] | None = None,
+        envs: tuple[Any, Any] | None = None, agent_cls: type[ja.Agent] = ja.DQN,
+        agent_cfg: Any = None) -> dict:
   """Builds envs, agent and recorders from ``args`` and trains sync or async; prints where
   everything went. ``make_replay(agent)`` may return a replay to use instead of a uniform one;
-  ``envs`` = (training, evaluation) env factories instead of ``default_envs(args)``."""
+  ``envs`` = (training, evaluation) env factories instead of ``default_envs(args)``; the agent
+  is ``agent_cls(agent_cfg, obs_space, action_space, env_id)`` (default: DQN with
+  ``agent_config(args)``)."""
   mode = default_mode() if args.mode == "auto" else args.mode
   env, eval_env = envs if envs is not None else default_envs(args)
   config = trainer_config(args)
   ja.claim_run_dir(args.logdir, args.overwrite)  # before the recorder writes its event file
   obs_space, action_space = ja.envs.spaces_of(env)
-  agent_cfg = agent_config(args)
-  agent = ja.DQN(agent_cfg, obs_space, action_space, args.env_id)
+  agent_cfg = agent_config(args) if agent_cfg is None else agent_cfg
+  agent = agent_cls(agent_cfg, obs_space, action_space, args.env_id)
   replay = make_replay(agent) if make_replay is not None else None
   recorder = ja.MultiRecorder(
       ja.TensorboardRecorder(args.logdir),
@@ -150,7 +161,7 @@ def run(args: Args, title: str, make_replay: Callable[[ja.DQN], Any] | None = No
   if mode == "sync":
     summary = ja.Trainer(agent, env, config, recorder, eval_env, replay=replay).train()
   else:
-    summary, _ = ja.train_async(ja.DQN, agent_cfg, env, config, ac, recorder, eval_env,
+    summary, _ = ja.train_async(agent_cls, agent_cfg, env, config, ac, recorder, eval_env,
                                 replay=replay)
   # Env frames: env steps times the env's frame skip (Atari), for comparison with other libraries.
   summary["env_frames_per_sec"] = (summary["env_steps"] * getattr(env, "frame_skip", 1)

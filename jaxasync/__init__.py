@@ -4,6 +4,7 @@ from jaxasync.actor import ActorConfig
 from jaxasync.agent import ActorContext, Agent, DataSpec
 from jaxasync.actor_manager import ActorFailed, ActorManager, ActorStats
 from jaxasync.agents.dqn import DQN, DQNConfig, DQNState
+from jaxasync.agents.sac import SAC, SACConfig, SACState
 from jaxasync.agents.exploration import EpsilonState, apex_epsilons, epsilon_greedy, linear_epsilon
 from jaxasync.atari import AtariEnvFactory
 from jaxasync.checkpoint import claim_run_dir, restore_checkpoint, save_checkpoint
@@ -76,6 +77,9 @@ __all__ = [
     "ReplayBuffer",
     "ReplaySource",
     "RunLedger",
+    "SAC",
+    "SACConfig",
+    "SACState",
     "Sample",
     "SharedParamStore",
     "StallError",

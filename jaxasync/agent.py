@@ -29,6 +29,7 @@ from typing import Any, Literal, NamedTuple
 
 import chex
 import gymnasium as gym
+import jax
 import numpy as np
 
 PyTree = Any
@@ -157,3 +158,11 @@ class Agent(abc.ABC):
     """The fix to suggest when training diverges (NaN or infinite loss or state)."""
     return ("Lower the learning rate, e.g. 10x, or check the env's rewards and observations "
             "for NaN or huge values.")
+
+
+def key_data(key: jax.Array) -> jax.Array:
+  """Raw ``uint32`` key data (what agents keep in their checkpointable state), whether ``key``
+  is a typed key (``jax.random.key``) or already raw (``jax.random.PRNGKey``)."""
+  if jax.numpy.issubdtype(key.dtype, jax.dtypes.prng_key):
+    return jax.random.key_data(key)
+  return key

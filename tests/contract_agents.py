@@ -36,15 +36,34 @@ class TinyEnv(gym.Env):
     return self._obs(), float(action), self._ones >= 4, False, {}
 
 
+class TinyBoxEnv(TinyEnv):
+  """``TinyEnv`` with one continuous action in the asymmetric Box ``[-1, 3]``: reward = the
+  action; an action above 1 counts as ``TinyEnv``'s action 1. An action outside the Box is an
+  error, so an agent that does not scale its actions to the Box fails here."""
+
+  action_space = gym.spaces.Box(-1.0, 3.0, (1,), np.float32)
+
+  def step(self, action):
+    action = np.asarray(action)
+    if action.shape != (1,) or not self.action_space.contains(action):
+      raise ValueError(f"action {action!r} is not in {self.action_space}")
+    self._t += 1
+    self._ones += int(action[0] > 1.0)
+    return self._obs(), float(action[0]), self._ones >= 4, False, {}
+
+
 @dataclasses.dataclass(frozen=True)
 class TinyEnvFactory:
-  """``(num_envs, seed) -> SyncVectorEnv`` of ``TinyEnv`` (NEXT_STEP autoreset)."""
+  """``(num_envs, seed) -> SyncVectorEnv`` of ``TinyEnv`` (or ``TinyBoxEnv``: ``continuous``),
+  NEXT_STEP autoreset."""
 
   env_id: str = "TinyEnv"
+  continuous: bool = False
 
   def __call__(self, num_envs: int, seed: int | None = None):
+    cls = TinyBoxEnv if self.continuous else TinyEnv
     env = gym.vector.SyncVectorEnv(
-        [lambda: gym.wrappers.TimeLimit(TinyEnv(), 6) for _ in range(num_envs)])
+        [lambda: gym.wrappers.TimeLimit(cls(), 6) for _ in range(num_envs)])
     env.reset(seed=seed)
     return env
 
@@ -69,6 +88,12 @@ class ExtrasDQN(ShapeRecordingDQN):
     eps = self.actor_metrics(actor_state)["epsilon"]
     actions, _, actor_state = super().select(actions, actor_state, rng)
     return actions, {"epsilon": np.full(actions.shape, eps, np.float32)}, actor_state
+
+
+class ShapeRecordingSAC(ja.SAC):
+  def update(self, state, batch, weights=None):
+    SHAPES.append(jax.tree.map(np.shape, batch))
+    return super().update(state, batch, weights)
 
 
 class LinearPG(ja.Agent):
@@ -137,4 +162,11 @@ def factories():
       "dqn_extras": functools.partial(ExtrasDQN, ja.DQNConfig(hidden_sizes=(8,), batch_size=16),
                                       obs_space, action_space),
       "linear_pg": functools.partial(LinearPG, obs_space, action_space),
+      "sac": functools.partial(ShapeRecordingSAC, ja.SACConfig(hidden_sizes=(8,), batch_size=16),
+                               obs_space, TinyBoxEnv.action_space),
   }
+
+
+def env_factory(name: str) -> TinyEnvFactory:
+  """The env the agent called ``name`` in ``factories()`` acts in."""
+  return TinyEnvFactory(continuous=name == "sac")

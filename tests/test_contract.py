@@ -2,7 +2,8 @@
 hundred steps on a tiny env; the batches its update sees have the shapes its ``DataSpec``
 promises, params versions flow back to the actors, and nothing is left running.
 
-A new agent adds a row to ``contract_agents.factories()``.
+A new agent adds a row to ``contract_agents.factories()`` (and names its env in
+``contract_agents.env_factory`` when it needs continuous actions).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def _run(name: str, mode: str):
   async_config = None if mode == "sync" else ja.AsyncConfig(
       actor_mode=mode, num_actors=2, envs_per_actor=3, chunk_steps=5, queue_size=4,
       sync_interval=4, samples_per_insert=None)
-  trainer = ja.Trainer(agent, contract_agents.TinyEnvFactory(), config,
+  trainer = ja.Trainer(agent, contract_agents.env_factory(name), config,
                        recorder=ja.MemoryRecorder(), async_config=async_config,
                        agent_factory=factory)
   contract_agents.SHAPES.clear()
@@ -50,7 +51,9 @@ def test_agent_contract(name, mode):
   assert len(contract_agents.SHAPES) == 64 // k
   shapes = contract_agents.SHAPES[0]
   if agent.data.collector == "transitions":
-    assert shapes.obs == (k, n, 2) and shapes.action == (k, n) and shapes.reward == (k, n)
+    action_shape = agent.action_space.shape  # () for Discrete, (1,) for the Box
+    assert shapes.obs == (k, n, 2) and shapes.action == (k, n, *action_shape)
+    assert shapes.reward == (k, n)
     extras = agent.extras_example()
     assert shapes.extras == (None if extras is None else {"epsilon": (k, n)})
   else:

@@ -23,8 +23,14 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPTS = ("experiments/dqn.py", "experiments/rainbow.py")
+SCRIPTS = ("experiments/dqn.py", "experiments/rainbow.py", "experiments/sac.py")
 CELL = re.compile(r"│([^│]*)│")  # one box's row: the text between its left and right borders
+# Each script's agent flags to look for ("--agent." prefixed but for rainbow.py's).
+AGENT_FLAGS = {
+    "experiments/dqn.py": ("--agent.v-min", "--agent.eps-decay-steps", "--agent.apex-alpha"),
+    "experiments/rainbow.py": ("--v-min", "--eps-decay-steps", "--apex-alpha"),
+    "experiments/sac.py": ("--agent.tau", "--agent.policy-delay", "--agent.target-entropy"),
+}
 OPTION = re.compile(r"^ (-[-\w.]+)")  # an option's first row: one space of padding, then the flag
 
 
@@ -79,10 +85,8 @@ def parse_options(text: str) -> dict[str, tuple[str, str]]:
 def test_every_option_is_described(helps, script):
   options = parse_options(helps[script])
   assert len(options) > 50, f"only {len(options)} options parsed from:\n{helps[script]}"
-  prefix = "--agent." if script.endswith("dqn.py") else "--"
   for flag in ("--seed", "--gamma", "--max-opts", "--warmup-period", "--eval-interval",
-               f"{prefix}v-min", f"{prefix}eps-decay-steps", f"{prefix}apex-alpha",
-               "--async.max-restarts", "--async.inference-device"):
+               *AGENT_FLAGS[script], "--async.max-restarts", "--async.inference-device"):
     assert flag in options, f"{flag} not found in {script} --help"
   undescribed = [flag for flag, (_, description) in options.items()
                  if not description.rsplit("(default:", 1)[0].strip()]
@@ -98,11 +102,12 @@ def test_no_rst_markup(helps, script):
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_string_choices_are_listed(helps, script):
   options = parse_options(helps[script])
-  prefix = "--agent." if script.endswith("dqn.py") else "--"
+  prefix = "--" if script.endswith("rainbow.py") else "--agent."
   expected = {f"{prefix}torso": "{auto,mlp,nature_cnn,minatar_cnn}",
               "--async.actor-mode": "{thread,process}",
-              f"{prefix}exploration": "{schedule,apex}",
               "--async.inference-device": "{default,cpu}"}
+  if not script.endswith("sac.py"):
+    expected[f"{prefix}exploration"] = "{schedule,apex}"
   for flag, choices in expected.items():
     head = options[flag][0]
     assert head == f"{flag} {choices}", f"{script} --help: {head!r}, expected {choices}"

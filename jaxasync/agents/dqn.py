@@ -31,7 +31,7 @@ import numpy as np
 import optax
 import rlax
 
-from jaxasync.agent import ActorContext, Agent, DataSpec
+from jaxasync.agent import ActorContext, Agent, DataSpec, key_data
 from jaxasync.agents.exploration import (EpsilonState, apex_epsilons, epsilon_greedy,
                                          linear_epsilon)
 from jaxasync.envs import ConfigError
@@ -215,7 +215,7 @@ class DQN(Agent):
     params = self.network.init(key, obs, deterministic=True)
     return DQNState(params=params, target_params=jax.tree.map(jnp.copy, params),
                     opt_state=self.optimizer.init(params), opt_steps=jnp.zeros((), jnp.int32),
-                    key=_key_data(jax.random.fold_in(key, 1)))
+                    key=key_data(jax.random.fold_in(key, 1)))
 
   @staticmethod
   def policy_params(state: DQNState) -> PyTree:
@@ -395,10 +395,3 @@ def _mean_abs_sigma(params: PyTree) -> jnp.ndarray:
   sigmas = [jnp.abs(x).ravel() for path, x in flat
             if str(getattr(path[-1], "key", "")).startswith("sigma_")]
   return jnp.mean(jnp.concatenate(sigmas)) if sigmas else jnp.zeros(())
-
-
-def _key_data(key: jax.Array) -> jnp.ndarray:
-  """Raw ``uint32`` key data (checkpointable), whether ``key`` is a typed or a raw key."""
-  if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-    return jax.random.key_data(key)
-  return key
