@@ -106,6 +106,11 @@ class Args(RunArgs):
   agent: ja.DQNConfig = dataclasses.field(default_factory=ja.DQNConfig)
 
 
+def resolved_mode(args: RunArgs) -> str:
+  """'sync' or 'async': ``--mode``, with 'auto' resolved by ``default_mode``."""
+  return default_mode() if args.mode == "auto" else args.mode
+
+
 def trainer_config(args: RunArgs) -> ja.TrainerConfig:
   """The loop's settings: every ``Args`` field that ``TrainerConfig`` has, plus the logdir."""
   names = {f.name for f in dataclasses.fields(ja.TrainerConfig)} - {"model_dir"}
@@ -139,7 +144,7 @@ def run(args: RunArgs, title: str, make_replay: Callable[[ja.Agent], Any] | None
   ``envs`` = (training, evaluation) env factories instead of ``default_envs(args)``; the agent
   is ``agent_cls(agent_cfg, obs_space, action_space, env_id)`` (default: DQN with
   ``agent_config(args)``)."""
-  mode = default_mode() if args.mode == "auto" else args.mode
+  mode = resolved_mode(args)
   env, eval_env = envs if envs is not None else default_envs(args)
   config = trainer_config(args)
   ja.claim_run_dir(args.logdir, args.overwrite)  # before the recorder writes its event file

@@ -5,6 +5,9 @@ from jaxasync.agent import ActorContext, Agent, DataSpec
 from jaxasync.actor_manager import ActorFailed, ActorManager, ActorStats
 from jaxasync.agents.dqn import DQN, DQNConfig, DQNState
 from jaxasync.agents.sac import SAC, SACConfig, SACState
+from jaxasync.agents.actor_critic import ActorCriticState
+from jaxasync.agents.impala import IMPALA, IMPALAConfig
+from jaxasync.agents.ppo import PPO, PPOConfig
 from jaxasync.agents.exploration import EpsilonState, apex_epsilons, epsilon_greedy, linear_epsilon
 from jaxasync.atari import AtariEnvFactory
 from jaxasync.checkpoint import claim_run_dir, restore_checkpoint, save_checkpoint
@@ -34,6 +37,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ActorConfig",
+    "ActorCriticState",
     "ActorContext",
     "ActorFailed",
     "ActorFeed",
@@ -59,6 +63,8 @@ __all__ = [
     "InferenceClient",
     "InferenceServer",
     "Hook",
+    "IMPALA",
+    "IMPALAConfig",
     "IntervalTrigger",
     "Learner",
     "LearnerLoop",
@@ -69,6 +75,8 @@ __all__ = [
     "MultiRecorder",
     "NonFiniteError",
     "NullRecorder",
+    "PPO",
+    "PPOConfig",
     "PrioritizedFrameReplayBuffer",
     "PrioritizedReplayBuffer",
     "QueueSource",

@@ -35,7 +35,7 @@ from jaxasync.transport import ChunkQueue
 from jaxasync.types import transition_example
 
 
-def _collector_factory(agent: Agent, config: TrainerConfig, replay) -> Callable:
+def collector_factory(agent: Agent, config: TrainerConfig, replay) -> Callable:
   """A picklable ``(num_envs, obs_example, action_example) -> collector`` for ``agent.data``.
 
   Transitions go through the n-step ``StepProcessor``, or, for a frame replay (which stores
@@ -124,7 +124,7 @@ class Trainer:
     self.learner = Learner(agent, config.seed)
     self.evaluator = Evaluator(agent, eval_env_factory or env_factory, config.eval_episodes,
                                seed=config.seed + 10_000)
-    collector = _collector_factory(agent, config, self.replay)
+    collector = collector_factory(agent, config, self.replay)
     # An unroll agent's actors push one unroll per chunk.
     unrolls = agent.data.collector == "unrolls"
     if ac is None:

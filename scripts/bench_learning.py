@@ -11,6 +11,8 @@ Rows (ROWS below; add one per algorithm and env):
   dqn-acrobot                experiments/dqn.py --env-id Acrobot-v1                target -100, hold -100
   rainbow-cartpole           experiments/rainbow.py (preset cartpole)              target 475, hold 450
   sac-pendulum               experiments/sac.py (Pendulum-v1, 20k env steps)       target -200, hold -170
+  impala-cartpole            experiments/impala.py (300k env steps)                target 475, hold 450
+  ppo-cartpole               experiments/ppo.py (150k env steps)                   target 475, hold 450
   rainbow-minatar-breakout   experiments/rainbow.py --preset minatar --duration 600  report only;
                              not run unless named in --rows (10 min a run).
 Modes: sync (--mode sync), thread (--mode async --async.actor-mode thread), process (--mode async
@@ -49,7 +51,7 @@ at the end), and one <row>-<mode>.png per cell: eval return against env steps, o
 seed, their median in bold (each seed interpolated onto a common env-step grid, over the range
 every seed covers), the target dashed. PNGs need matplotlib (pip install matplotlib).
 
-Run (from the repository root; the full default matrix is 4 rows x 3 modes x 5 seeds = 60 runs):
+Run (from the repository root; the full default matrix is 6 rows x 3 modes x 5 seeds = 90 runs):
   python scripts/bench_learning.py                                    # the full matrix
   python scripts/bench_learning.py --resume                           # continue an interrupted one
   python scripts/bench_learning.py --rows dqn-cartpole --modes sync --seeds 0 1   # a quick check
@@ -106,6 +108,8 @@ ROWS: dict[str, Row] = {
                        hold=-100.0),
     "rainbow-cartpole": Row("experiments/rainbow.py", (), target=475.0, hold=450.0),
     "sac-pendulum": Row("experiments/sac.py", (), target=-200.0, hold=-170.0),
+    "impala-cartpole": Row("experiments/impala.py", (), target=475.0, hold=450.0),
+    "ppo-cartpole": Row("experiments/ppo.py", (), target=475.0, hold=450.0),
     # 10 minutes a run: only when asked for.
     "rainbow-minatar-breakout": Row("experiments/rainbow.py",
                                     ("--preset", "minatar", "--duration", "600"), default=False),

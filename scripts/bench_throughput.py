@@ -10,8 +10,8 @@ Variants (--variants picks a subset):
   actor    (a) one actor exactly as jaxasync runs it: `jaxasync.actor.run_actor` in a thread,
            a ThreadParamStore published once, a ChunkQueue drained (and discarded) by a
            consumer thread; env-steps/s from the actor's own counter sampled at two times.
-           Also "bare": the same vector env + `DQN.act` (jitted greedy + numpy epsilon) in a
-           plain loop, no StepProcessor, chunks or queue. Reported: actor / bare.
+           Also "bare": the same vector env + `agent.act` (DQN: jitted greedy + numpy epsilon)
+           in a plain loop, no collector, chunks or queue. Reported: actor / bare.
   learner  (b) `jaxasync.Learner` on a pre-filled ReplayBuffer (sample + update calls of
            --updates-per-call steps), opt-steps/s. Also "pure": the jitted `DQN.update` alone
            on one device-resident batch reused (one call in flight, as the Learner does).
@@ -42,6 +42,12 @@ Run (from the repository root):
   python scripts/bench_throughput.py --json /tmp/bench.json        # everything, ~5 min on 2 cores
   python scripts/bench_throughput.py --variants actor learner --repeats 1 --duration 4
   python scripts/bench_throughput.py --variants sync pinned --solve-seeds 0 --num-actors 2
+  python scripts/bench_throughput.py --agent impala --variants actor process --solve-seeds 0
+
+With --agent impala (experiments/impala.py's agent and actors: unrolls through the queue,
+params published after every SGD step) the replay measurements (b) are skipped, and each
+trainer's ratio column is its env-steps/s over (a)'s: how much of an actor's own pace the
+actor keeps beside the learner (the issue's >= 0.85 for on-policy agents).
 """
 
 from __future__ import annotations
@@ -64,6 +70,7 @@ import tyro
 
 import jaxasync as ja
 from jaxasync.actor import ActorShared, run_actor
+from jaxasync.trainer import collector_factory
 from jaxasync.param_store import to_cpu
 from jaxasync.types import transition_example
 
@@ -76,6 +83,9 @@ RECORD_INTERVAL = 100  # opt steps between the trainers' records (our timestamps
 @dataclasses.dataclass
 class Args:
   env_id: str = "CartPole-v1"
+  agent: Literal["dqn", "impala"] = "dqn"
+  """'impala': the on-policy path (unrolls through the queue; experiments/impala.py's agent
+  and actor settings); 'learner' and 'pure' are replay measurements and are skipped."""
   variants: tuple[Variant, ...] = ("actor", "learner", "sync", "thread", "process", "pinned")
   """what to measure (see the docstring); 'actor' includes bare, 'learner' includes pure."""
   duration: float = 8.0
@@ -108,7 +118,10 @@ def measure_actor(args: Args, agent_factory, env: ja.EnvFactory) -> dict:
   store.publish(ja.ModelInfo(0, jax.device_get(agent.init(jax.random.PRNGKey(args.seed)).params)))
   transport, stop, errors = ja.ChunkQueue(ja.AsyncConfig().queue_size), threading.Event(), queue.Queue()
   shared = ActorShared(np.zeros(1, np.int64), np.full(1, -1, np.int64))
-  config = ja.ActorConfig(num_envs=args.envs_per_actor, chunk_steps=ja.AsyncConfig().chunk_steps,
+  unrolls = agent.data.collector == "unrolls"
+  config = ja.ActorConfig(num_envs=args.envs_per_actor,
+                          chunk_steps=agent.data.unroll_length if unrolls else ja.AsyncConfig().chunk_steps,
+                          collector=collector_factory(agent, trainer_config(args), None),
                           seed=args.seed)
   actor = threading.Thread(target=run_actor, args=(0, agent_factory, env, config, transport, store,
                                                    stop, errors, shared), daemon=True)
@@ -137,18 +150,21 @@ def measure_actor(args: Args, agent_factory, env: ja.EnvFactory) -> dict:
 
 
 def measure_bare(args: Args, agent, env: ja.EnvFactory) -> dict:
-  """The reference loop: vector env + DQN.act (jitted greedy, numpy epsilon), nothing else."""
+  """The reference loop: vector env + ``agent.act`` (DQN: jitted greedy, numpy epsilon; IMPALA:
+  jitted logits, numpy sampling), nothing else."""
   venv = env(args.envs_per_actor, seed=args.seed)
   params = to_cpu(agent.init(jax.random.PRNGKey(args.seed)).params)
   rng = np.random.default_rng(args.seed)
-  eps = agent.config.eps_end  # where the actor's schedule is after its warm-up
+  # DQN: where the actor's epsilon schedule is after its warm-up.
+  state = (agent.fixed_epsilon(agent.config.eps_end) if isinstance(agent, ja.DQN)
+           else agent.initial_actor_state(ja.ActorContext(num_envs=args.envs_per_actor)))
   obs, _ = venv.reset(seed=args.seed)
 
   def run(seconds: float) -> int:
     nonlocal obs
     steps, end = 0, time.perf_counter() + seconds
     while time.perf_counter() < end:
-      obs, _, _, _, _ = venv.step(agent.act(params, obs, agent.fixed_epsilon(eps), rng)[0])
+      obs, _, _, _, _ = venv.step(agent.act(params, obs, state, rng)[0])
       steps += args.envs_per_actor
     return steps
 
@@ -286,8 +302,10 @@ def trainer_config(args: Args, **kw) -> ja.TrainerConfig:
 
 def async_config(args: Args, variant: str) -> ja.AsyncConfig:
   mode, pin = ASYNC_VARIANTS[variant]
+  # IMPALA publishes after every SGD step, as experiments/impala.py does.
   return ja.AsyncConfig(num_actors=args.num_actors, actor_mode=mode,
-                        envs_per_actor=args.envs_per_actor, pin_cpus=pin)
+                        envs_per_actor=args.envs_per_actor, pin_cpus=pin,
+                        **({"sync_interval": 1} if args.agent == "impala" else {}))
 
 
 def summary_figures(summary: dict) -> dict:
@@ -324,7 +342,7 @@ def measure_async(args: Args, agent_factory, env: ja.EnvFactory, variant: str) -
 
 
 # --- (g) time to solve ----------------------------------------------------------------------------
-def solve(args: Args, agent_config: ja.DQNConfig, agent_factory, env: ja.EnvFactory,
+def solve(args: Args, agent_config, agent_factory, env: ja.EnvFactory,
           variant: str, seed: int) -> dict:
   config = trainer_config(args, seed=seed, duration=args.solve_timeout,
                           target_eval_reward=args.solve_reward, eval_interval=1_000,
@@ -335,7 +353,8 @@ def solve(args: Args, agent_config: ja.DQNConfig, agent_factory, env: ja.EnvFact
     if variant == "sync":
       summary = ja.Trainer(agent_factory(), env, config).train()
     else:
-      summary, _ = ja.train_async(ja.DQN, agent_config, env, config, async_config(args, variant))
+      summary, _ = ja.train_async(type(agent_factory()), agent_config, env, config,
+                                  async_config(args, variant))
   finally:
     if affinity is not None:
       os.sched_setaffinity(0, affinity)
@@ -375,8 +394,15 @@ def main(args: Args) -> dict:
   ja.check_env_id(args.env_id)
   env = ja.EnvFactory(args.env_id)
   obs_space, action_space = ja.envs.spaces_of(env)
-  agent_config = ja.DQNConfig(hidden_sizes=tuple(args.hidden_sizes), batch_size=args.batch_size)
-  agent_factory = functools.partial(ja.DQN, agent_config, obs_space, action_space, args.env_id)
+  if args.agent == "impala":
+    # experiments/impala.py's CartPole agent (2 unrolls of 16 steps per SGD step).
+    agent_cls, agent_config = ja.IMPALA, ja.IMPALAConfig(
+        hidden_sizes=tuple(args.hidden_sizes), unroll_length=16, batch_size=2,
+        learning_rate=5e-4, max_grad_norm=40.0)
+  else:
+    agent_cls, agent_config = ja.DQN, ja.DQNConfig(hidden_sizes=tuple(args.hidden_sizes),
+                                                   batch_size=args.batch_size)
+  agent_factory = functools.partial(agent_cls, agent_config, obs_space, action_space, args.env_id)
   agent = agent_factory()
   print(f"jaxasync throughput on {args.env_id}: {args.duration:g} s per figure after {args.warmup:g} s "
         f"warm-up, {args.repeats} repeat(s); jax {jax.default_backend()} {jax.devices()}, "
@@ -391,6 +417,8 @@ def main(args: Args) -> dict:
         runs.setdefault("actor", []).append(measure_actor(args, agent_factory, env))
         runs.setdefault("bare", []).append(measure_bare(args, agent, env))
         shown = f"actor {runs['actor'][-1]['env_steps_per_sec']:,.0f} bare {runs['bare'][-1]['env_steps_per_sec']:,.0f} env-steps/s"
+      elif variant == "learner" and args.agent != "dqn":
+        continue  # a replay measurement
       elif variant == "learner":
         replay = replay or filled_replay(agent, env, 50_000, args.seed)
         runs.setdefault("learner", []).append(measure_learner(args, agent, replay))
@@ -412,6 +440,9 @@ def main(args: Args) -> dict:
     ratios["actor_over_bare"] = actor_alone / rate("bare", "env_steps_per_sec")
   if "learner" in med:
     ratios["learner_over_pure"] = learner_alone / rate("pure", "opt_steps_per_sec")
+  for name in ("sync", *ASYNC_VARIANTS):  # how much of the actor's own rate each keeps
+    if name in med and actor_alone:
+      ratios[f"{name}_over_actor"] = med[name]["env_steps_per_sec"] / actor_alone
   overlap = {}
   for name in ("sync", *ASYNC_VARIANTS):
     if name in med and actor_alone and learner_alone:
@@ -441,7 +472,7 @@ def main(args: Args) -> dict:
       continue
     m = med[name]
     ratio = {"actor": ratios.get("actor_over_bare"),
-             "learner": ratios.get("learner_over_pure")}.get(name)
+             "learner": ratios.get("learner_over_pure")}.get(name, ratios.get(f"{name}_over_actor"))
     stages = " ".join(f"{k}={v:.2f}" for k, v in m.get("stage_fractions", {}).items())
     if "queue_length_mean" in m and name != "sync":
       stages += f" | queue {m['queue_length_mean']:.0f} lag {m['policy_lag_mean']:.0f}"

@@ -71,10 +71,16 @@ class TinyEnvFactory:
 SHAPES: list = []  # batch leaf shapes each agent's update saw (the learner's process)
 
 
-class ShapeRecordingDQN(ja.DQN):
+class ShapeRecording:
+  """Records the leaf shapes of every batch ``update`` sees (mixed in before an agent)."""
+
   def update(self, state, batch, weights=None):
     SHAPES.append(jax.tree.map(np.shape, batch))
     return super().update(state, batch, weights)
+
+
+class ShapeRecordingDQN(ShapeRecording, ja.DQN):
+  pass
 
 
 class ExtrasDQN(ShapeRecordingDQN):
@@ -90,10 +96,16 @@ class ExtrasDQN(ShapeRecordingDQN):
     return actions, {"epsilon": np.full(actions.shape, eps, np.float32)}, actor_state
 
 
-class ShapeRecordingSAC(ja.SAC):
-  def update(self, state, batch, weights=None):
-    SHAPES.append(jax.tree.map(np.shape, batch))
-    return super().update(state, batch, weights)
+class ShapeRecordingSAC(ShapeRecording, ja.SAC):
+  pass
+
+
+class ShapeRecordingIMPALA(ShapeRecording, ja.IMPALA):
+  pass
+
+
+class ShapeRecordingPPO(ShapeRecording, ja.PPO):
+  pass
 
 
 class LinearPG(ja.Agent):
@@ -162,6 +174,13 @@ def factories():
       "dqn_extras": functools.partial(ExtrasDQN, ja.DQNConfig(hidden_sizes=(8,), batch_size=16),
                                       obs_space, action_space),
       "linear_pg": functools.partial(LinearPG, obs_space, action_space),
+      "impala": functools.partial(ShapeRecordingIMPALA,
+                                  ja.IMPALAConfig(hidden_sizes=(8,), unroll_length=5, batch_size=2),
+                                  obs_space, action_space),
+      "ppo": functools.partial(ShapeRecordingPPO,
+                               ja.PPOConfig(hidden_sizes=(8,), unroll_length=5, batch_size=2,
+                                            num_epochs=2, num_minibatches=3),
+                               obs_space, action_space),
       "sac": functools.partial(ShapeRecordingSAC, ja.SACConfig(hidden_sizes=(8,), batch_size=16),
                                obs_space, TinyBoxEnv.action_space),
   }

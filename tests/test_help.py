@@ -23,14 +23,21 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPTS = ("experiments/dqn.py", "experiments/rainbow.py", "experiments/sac.py")
+SCRIPTS = ("experiments/dqn.py", "experiments/rainbow.py", "experiments/sac.py",
+           "experiments/impala.py", "experiments/ppo.py")
+ON_POLICY = ("experiments/impala.py", "experiments/ppo.py")
 CELL = re.compile(r"│([^│]*)│")  # one box's row: the text between its left and right borders
 # Each script's agent flags to look for ("--agent." prefixed but for rainbow.py's).
 AGENT_FLAGS = {
     "experiments/dqn.py": ("--agent.v-min", "--agent.eps-decay-steps", "--agent.apex-alpha"),
     "experiments/rainbow.py": ("--v-min", "--eps-decay-steps", "--apex-alpha"),
     "experiments/sac.py": ("--agent.tau", "--agent.policy-delay", "--agent.target-entropy"),
+    "experiments/impala.py": ("--agent.vtrace-lambda", "--agent.gamma", "--max-policy-lag"),
+    "experiments/ppo.py": ("--agent.gae-lambda", "--agent.num-epochs", "--agent.gamma"),
 }
+# The replay's and the n-step return's flags, which on-policy scripts hide (no replay; the
+# agent's own --agent.gamma is the discount).
+REPLAY_FLAGS = ("--gamma", "--warmup-period", "--n-step", "--replay-capacity")
 OPTION = re.compile(r"^ (-[-\w.]+)")  # an option's first row: one space of padding, then the flag
 
 
@@ -85,9 +92,13 @@ def parse_options(text: str) -> dict[str, tuple[str, str]]:
 def test_every_option_is_described(helps, script):
   options = parse_options(helps[script])
   assert len(options) > 50, f"only {len(options)} options parsed from:\n{helps[script]}"
-  for flag in ("--seed", "--gamma", "--max-opts", "--warmup-period", "--eval-interval",
-               *AGENT_FLAGS[script], "--async.max-restarts", "--async.inference-device"):
+  replay_flags = () if script in ON_POLICY else REPLAY_FLAGS
+  for flag in ("--seed", "--max-opts", "--eval-interval", *replay_flags, *AGENT_FLAGS[script],
+               "--async.max-restarts", "--async.inference-device"):
     assert flag in options, f"{flag} not found in {script} --help"
+  if script in ON_POLICY:
+    shown = [flag for flag in REPLAY_FLAGS if flag in options]
+    assert not shown, f"{script} --help shows replay flags it ignores: {shown}"
   undescribed = [flag for flag, (_, description) in options.items()
                  if not description.rsplit("(default:", 1)[0].strip()]
   assert not undescribed, f"{script} --help: options without a description: {undescribed}"
@@ -106,7 +117,7 @@ def test_string_choices_are_listed(helps, script):
   expected = {f"{prefix}torso": "{auto,mlp,nature_cnn,minatar_cnn}",
               "--async.actor-mode": "{thread,process}",
               "--async.inference-device": "{default,cpu}"}
-  if not script.endswith("sac.py"):
+  if script.endswith(("dqn.py", "rainbow.py")):
     expected[f"{prefix}exploration"] = "{schedule,apex}"
   for flag, choices in expected.items():
     head = options[flag][0]

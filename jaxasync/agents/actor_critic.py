@@ -1,0 +1,228 @@
+"""What IMPALA and PPO share: a categorical actor-critic network, the acting side of the
+contract, and the pairing of unroll timesteps into transitions.
+
+Both learn from time-major unrolls ``[T + 1, N, ...]`` (``jaxasync.collectors.unrolls``): the
+actors sample actions from the policy's logits and hand the logits to the learner as
+``extras`` (the behaviour policy, for importance ratios); ``N`` is the unrolls of one SGD
+step times their sub-envs, side by side.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, NamedTuple, Sequence
+
+import chex
+import flax
+import flax.linen as nn
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxasync.agent import ActorContext, Agent, DataSpec
+from jaxasync.envs import ConfigError
+from jaxasync.networks import check_torso, default_torso, make_torso
+
+PyTree = Any
+
+
+class ActorCriticNetwork(nn.Module):
+  """``obs [B, *obs_shape] -> (logits [B, A], value [B])``.
+
+  Separate torsos for the policy and the value by default (PPO's usual choice on vector
+  observations: the value's regression does not disturb the policy's features); one shared
+  torso with ``shared_torso`` (IMPALA's, and cheaper for CNNs). The heads are initialised
+  orthogonally with scales 0.01 (an almost uniform first policy) and 1.
+
+  Attributes:
+    num_actions: ``A``.
+    torso: a ``jaxasync.networks`` torso name.
+    hidden_sizes: the torso's layer widths.
+    shared_torso: one torso for both heads.
+  """
+
+  num_actions: int
+  torso: str = "mlp"
+  hidden_sizes: Sequence[int] = (64, 64)
+  shared_torso: bool = False
+
+  @nn.compact
+  def __call__(self, obs: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+    policy_features = make_torso(self.torso, self.hidden_sizes)(obs)
+    value_features = (policy_features if self.shared_torso
+                      else make_torso(self.torso, self.hidden_sizes)(obs))
+    logits = nn.Dense(self.num_actions, kernel_init=nn.initializers.orthogonal(0.01))(
+        policy_features)
+    value = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0))(value_features)[..., 0]
+    return logits, value
+
+
+@flax.struct.dataclass
+class ActorCriticState:
+  """The learner's state of IMPALA and PPO: a pytree (checkpointed leaf by leaf)."""
+
+  params: PyTree
+  opt_state: PyTree
+  opt_steps: jnp.ndarray  # int32 scalar: SGD steps (IMPALA) or PPO iterations taken
+  key: jnp.ndarray  # uint32[2] PRNG key data (PPO's minibatch shuffles)
+
+
+def adam_with_clipping(learning_rate: float, adam_eps: float, max_grad_norm: float,
+                       decay_steps: int = 0) -> optax.GradientTransformation:
+  """Adam after global-norm clipping (none when ``max_grad_norm`` is 0), its step size
+  annealed linearly to 0 over ``decay_steps`` optimizer steps (0: constant), as in IMPALA
+  and PPO; the count lives in the optimizer state, so it survives checkpoints."""
+  clip = [optax.clip_by_global_norm(max_grad_norm)] if max_grad_norm else []
+  lr = optax.linear_schedule(learning_rate, 0.0, decay_steps) if decay_steps else learning_rate
+  return optax.chain(*clip, optax.adam(lr, eps=adam_eps))
+
+
+class UnrollPairs(NamedTuple):
+  """An unroll's ``T`` consecutive-timestep pairs ``(t -> t + 1)``, leaves ``[T, N, ...]``.
+
+  Attributes:
+    mask: the pair is a real transition (``~first[t + 1]``): False from an episode's last
+      observation to the next episode's reset observation.
+    action: action taken at ``t``.
+    behaviour_logits: the actor's logits at ``t`` (``[T, N, A]``).
+    reward: reward of the step ``t -> t + 1``.
+    discount: ``gamma`` times the env's discount at ``t + 1`` (0 where the episode
+      terminated; ``gamma`` where it was truncated, so ``V(obs[t + 1])``, the true final
+      observation, is bootstrapped).
+  """
+
+  mask: jnp.ndarray
+  action: jnp.ndarray
+  behaviour_logits: jnp.ndarray
+  reward: jnp.ndarray
+  discount: jnp.ndarray
+
+
+def unroll_pairs(unroll, gamma: float) -> UnrollPairs:
+  """The transitions of an ``Unroll`` with leaves ``[T + 1, N, ...]`` (dm_env/rlax pairing)."""
+  return UnrollPairs(mask=~unroll.first[1:], action=unroll.action[:-1].astype(jnp.int32),
+                     behaviour_logits=unroll.extras["logits"][:-1],
+                     reward=unroll.reward[1:].astype(jnp.float32),
+                     discount=gamma * unroll.discount[1:].astype(jnp.float32))
+
+
+def action_log_prob(logits: jnp.ndarray, action: jnp.ndarray) -> jnp.ndarray:
+  """``log softmax(logits)[action]``: logits ``[..., A]``, action ``[...]`` -> ``[...]``."""
+  log_probs = jax.nn.log_softmax(logits)
+  return jnp.take_along_axis(log_probs, action[..., None], axis=-1)[..., 0]
+
+
+def categorical_entropy(logits: jnp.ndarray) -> jnp.ndarray:
+  """Entropy of ``softmax(logits)``: ``[..., A] -> [...]``."""
+  log_probs = jax.nn.log_softmax(logits)
+  return -jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1)
+
+
+def masked_mean(x: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
+  """Mean of ``x`` over the entries where ``mask`` is True (0 when there is none)."""
+  mask = mask.astype(x.dtype)
+  return jnp.sum(x * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+
+
+def check_discrete_actor_critic_spaces(obs_space: gym.Space, action_space: gym.Space,
+                                       env_id: str, name: str) -> None:
+  """Raises ``ConfigError`` unless the spaces suit a categorical actor-critic."""
+  if not isinstance(action_space, gym.spaces.Discrete):
+    raise ConfigError(
+        f"{env_id} has action space {action_space}; {name} here has a categorical policy and "
+        "needs a Discrete action space. For continuous actions use SAC (experiments/sac.py).")
+  if not isinstance(obs_space, gym.spaces.Box):
+    raise ConfigError(
+        f"{env_id} has observation space {obs_space}; {name}'s networks need a Box. Wrap the "
+        "env with gymnasium.wrappers.FlattenObservation (or similar) first.")
+
+
+class DiscreteActorCritic(Agent):
+  """The acting side of IMPALA and PPO, and their network; subclasses write ``init``'s
+  optimizer and ``update``.
+
+  Actors call ``policy`` (the logits, one jitted call) and ``select`` (a categorical sample
+  by the Gumbel-max trick in numpy, or the argmax for a greedy evaluation); the logits go
+  to the learner as ``extras["logits"]``.
+
+  Args (of subclasses' ``__init__``, through ``_setup``): the config (with ``torso``,
+  ``hidden_sizes``, ``shared_torso``, ``unroll_length``, ``batch_size``, ``eval_greedy``),
+  the spaces and the env id.
+  """
+
+  def _setup(self, config, obs_space: gym.Space, action_space: gym.Space, env_id: str,
+             name: str) -> None:
+    check_discrete_actor_critic_spaces(obs_space, action_space, env_id, name)
+    check_torso(config.torso, obs_space.shape, env_id)
+    self.config = config
+    self.obs_space, self.action_space = obs_space, action_space
+    self.num_actions = int(action_space.n)
+    self.batch_size = config.batch_size
+    self.data = DataSpec(collector="unrolls", source="queue", unroll_length=config.unroll_length)
+    torso = (default_torso(obs_space.shape, obs_space.dtype) if config.torso == "auto"
+             else config.torso)
+    self.network = ActorCriticNetwork(self.num_actions, torso, tuple(config.hidden_sizes),
+                                      config.shared_torso)
+    self.logits = jax.jit(lambda params, obs: self.network.apply(params, obs)[0])
+
+  def init_params(self, key: chex.PRNGKey) -> PyTree:
+    obs = jnp.zeros((1,) + self.obs_space.shape, self.obs_space.dtype)
+    return self.network.init(key, obs)
+
+  def apply_unroll(self, params: PyTree, obs: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """The network over time-major ``obs`` ``[T + 1, N, *obs_shape]``: logits
+    ``[T + 1, N, A]`` and values ``[T + 1, N]`` (one call over the flattened leading axes)."""
+    lead = obs.shape[:2]
+    logits, values = self.network.apply(params, obs.reshape((-1,) + obs.shape[2:]))
+    return logits.reshape(lead + logits.shape[1:]), values.reshape(lead)
+
+  @staticmethod
+  def policy_params(state) -> PyTree:
+    return state.params
+
+  def extras_example(self) -> dict:
+    return {"logits": np.zeros(self.num_actions, np.float32)}
+
+  def initial_actor_state(self, context: ActorContext) -> bool:
+    """Whether to act greedily: only when evaluating with ``eval_greedy``."""
+    return bool(context.evaluation and self.config.eval_greedy)
+
+  def policy(self, params: PyTree, obs: np.ndarray, rng: np.random.Generator,
+             explore: bool = True) -> np.ndarray:
+    """The policy's logits ``[B, A]`` (float32 numpy)."""
+    return np.asarray(self.logits(params, obs), np.float32)
+
+  def select(self, logits: np.ndarray, greedy: bool, rng: np.random.Generator
+             ) -> tuple[np.ndarray, dict, bool]:
+    """A sample of ``softmax(logits)`` per row (Gumbel-max), or the argmax when ``greedy``;
+    extras: the logits."""
+    scores = logits if greedy else logits + rng.gumbel(size=logits.shape)
+    actions = np.argmax(scores, axis=-1).astype(self.action_space.dtype)
+    return actions, {"logits": logits}, greedy
+
+  @abc.abstractmethod
+  def init(self, key: chex.PRNGKey) -> PyTree:
+    """(The subclass's state: params plus its optimizer.)"""
+
+
+def validate_actor_critic_config(config) -> None:
+  """The checks IMPALA's and PPO's configs share."""
+  from jaxasync.networks import TORSOS
+  if config.torso not in ("auto", *TORSOS):
+    raise ConfigError(f"torso must be 'auto' or one of {TORSOS}, got {config.torso!r}.")
+  if not config.hidden_sizes:
+    raise ConfigError("hidden_sizes must name at least one layer width, e.g. (64, 64).")
+  if config.unroll_length < 1 or config.batch_size < 1:
+    raise ConfigError(f"unroll_length and batch_size must be >= 1, got {config.unroll_length} "
+                      f"and {config.batch_size}.")
+  if not 0.0 <= config.gamma <= 1.0:
+    raise ConfigError(f"gamma must be in [0, 1], got {config.gamma}.")
+  if not 0.0 < config.learning_rate < float("inf"):
+    raise ConfigError(f"learning_rate must be a finite number > 0, got {config.learning_rate}.")
+  if config.learning_rate_decay_steps < 0:
+    raise ConfigError(f"learning_rate_decay_steps must be >= 0 (0: constant), got "
+                      f"{config.learning_rate_decay_steps}.")
+  if not config.max_grad_norm >= 0.0:
+    raise ConfigError(f"max_grad_norm must be >= 0 (0: no clipping), got {config.max_grad_norm}.")

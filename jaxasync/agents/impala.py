@@ -1,0 +1,158 @@
+"""IMPALA (Espeholt et al. 2018): an actor-critic corrected for policy lag by V-trace.
+
+Actors run ahead of the learner with older params; each unroll carries the behaviour
+policy's logits, and the learner weighs every step by the clipped importance ratio
+``rho = pi(a|x) / mu(a|x)`` (``rlax.vtrace_td_error_and_advantage``, vmapped over the batch).
+
+Episode boundaries inside an unroll (``jaxasync.collectors.unrolls``): the pair from an
+episode's last observation to the next one's reset observation is no transition; its ``rho``
+(and so V-trace's ``c``) is set to 0, which makes ``vs = V`` there and cuts the recursion, so
+nothing of the next episode flows back. A terminated episode's last pair has discount 0; a
+truncated one's bootstraps from ``V`` of the true final observation.
+
+The loss of one SGD step, means over the real transitions ``[T, N]``:
+``pg + baseline_cost * 0.5 (vs - V)^2 - entropy_cost * H(pi)`` with
+``pg = -rho_pg (r + gamma vs' - V) log pi(a|x)`` (advantages held constant).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal, Sequence
+
+import chex
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+import optax
+import rlax
+
+from jaxasync.agent import key_data
+from jaxasync.agents.actor_critic import (ActorCriticState, DiscreteActorCritic,
+                                          action_log_prob, adam_with_clipping,
+                                          categorical_entropy, masked_mean, unroll_pairs,
+                                          validate_actor_critic_config)
+from jaxasync.collectors.unrolls import Unroll
+from jaxasync.envs import ConfigError
+from jaxasync.networks import Torso
+
+PyTree = Any
+
+
+@dataclasses.dataclass(frozen=True)
+class IMPALAConfig:
+  """Hyperparameters of the IMPALA learner.
+
+  Attributes:
+    torso: network body; 'auto' picks by observation (CNNs for images, MLP for vectors).
+    hidden_sizes: MLP layer widths (a CNN's dense width is the last one).
+    shared_torso: one torso for the policy and value heads (False: one each).
+    unroll_length: T, env steps per unroll (one unroll: T steps of an actor's sub-envs).
+    batch_size: unrolls per SGD step (their sub-envs side by side).
+    gamma: discount per env step.
+    learning_rate: Adam step size (the initial one when annealed).
+    learning_rate_decay_steps: SGD steps over which the step size anneals linearly to 0 (the
+      IMPALA paper's schedule); 0: constant.
+    adam_eps: Adam epsilon.
+    max_grad_norm: global-norm gradient clipping; 0: none.
+    entropy_cost: weight of the entropy bonus.
+    baseline_cost: weight of the value loss.
+    vtrace_lambda: V-trace's lambda (1: the paper's).
+    clip_rho_threshold: clip of the importance ratios in the value targets (rho-bar).
+    clip_pg_rho_threshold: clip of the importance ratios in the policy gradient.
+    eval_greedy: evaluate with the argmax action (False: sample, as in training).
+  """
+
+  torso: Literal["auto", Torso] = "auto"
+  hidden_sizes: Sequence[int] = (64, 64)
+  shared_torso: bool = False
+  unroll_length: int = 20
+  batch_size: int = 2
+  gamma: float = 0.99
+  learning_rate: float = 1e-3
+  learning_rate_decay_steps: int = 0
+  adam_eps: float = 1e-8
+  max_grad_norm: float = 1.0
+  entropy_cost: float = 0.01
+  baseline_cost: float = 0.5
+  vtrace_lambda: float = 1.0
+  clip_rho_threshold: float = 1.0
+  clip_pg_rho_threshold: float = 1.0
+  eval_greedy: bool = True
+
+  def validate(self) -> None:
+    validate_actor_critic_config(self)
+    if not 0.0 <= self.vtrace_lambda <= 1.0:
+      raise ConfigError(f"vtrace_lambda must be in [0, 1], got {self.vtrace_lambda}.")
+    if self.clip_rho_threshold <= 0 or self.clip_pg_rho_threshold <= 0:
+      raise ConfigError("clip_rho_threshold and clip_pg_rho_threshold must be > 0.")
+
+
+def vtrace_losses(logits: jnp.ndarray, values: jnp.ndarray, pairs, config: IMPALAConfig
+                  ) -> tuple[jnp.ndarray, dict]:
+  """IMPALA's loss from the learner's ``logits [T + 1, N, A]`` and ``values [T + 1, N]`` on
+  an unroll's ``pairs`` (``unroll_pairs``); returns the loss and its parts."""
+  logits_tm1 = logits[:-1]
+  log_pi = action_log_prob(logits_tm1, pairs.action)
+  log_mu = action_log_prob(pairs.behaviour_logits, pairs.action)
+  # rho = 0 on non-transitions: no TD error there and c = 0, so the recursion stops.
+  rho = jax.lax.stop_gradient(jnp.exp(log_pi - log_mu)) * pairs.mask
+  vtrace = jax.vmap(
+      lambda v_tm1, v_t, r_t, d_t, rho_tm1: rlax.vtrace_td_error_and_advantage(
+          v_tm1, v_t, r_t, d_t, rho_tm1, config.vtrace_lambda, config.clip_rho_threshold,
+          config.clip_pg_rho_threshold),
+      in_axes=1, out_axes=1)(values[:-1], values[1:], pairs.reward, pairs.discount, rho)
+  pg_loss = -masked_mean(jax.lax.stop_gradient(vtrace.pg_advantage) * log_pi, pairs.mask)
+  baseline_loss = masked_mean(0.5 * jnp.square(vtrace.errors), pairs.mask)
+  entropy = masked_mean(categorical_entropy(logits_tm1), pairs.mask)
+  loss = pg_loss + config.baseline_cost * baseline_loss - config.entropy_cost * entropy
+  return loss, {"loss": loss, "pg_loss": pg_loss, "baseline_loss": baseline_loss,
+                "entropy": entropy, "rho_mean": masked_mean(rho, pairs.mask),
+                "value_mean": masked_mean(values[:-1], pairs.mask)}
+
+
+class IMPALA(DiscreteActorCritic):
+  """IMPALA with V-trace, for Box observations and Discrete actions, on unrolls from a queue.
+
+  Args:
+    config: hyperparameters.
+    obs_space: one sub-env's observation space (a ``Box``).
+    action_space: one sub-env's action space (``Discrete``).
+    env_id: named in error messages.
+  """
+
+  def __init__(self, config: IMPALAConfig, obs_space: gym.Space, action_space: gym.Space,
+               env_id: str = "the env"):
+    config.validate()
+    self._setup(config, obs_space, action_space, env_id, "IMPALA")
+    self.optimizer = adam_with_clipping(config.learning_rate, config.adam_eps,
+                                        config.max_grad_norm, config.learning_rate_decay_steps)
+    self._jitted_update = jax.jit(self._update, donate_argnums=0)
+
+  def init(self, key: chex.PRNGKey) -> ActorCriticState:
+    params = self.init_params(key)
+    return ActorCriticState(params=params, opt_state=self.optimizer.init(params),
+                            opt_steps=jnp.zeros((), jnp.int32),
+                            key=key_data(jax.random.fold_in(key, 1)))
+
+  def loss(self, params: PyTree, unroll: Unroll) -> tuple[jnp.ndarray, dict]:
+    """IMPALA's loss on one batch of unrolls (leaves ``[T + 1, N, ...]``)."""
+    logits, values = self.apply_unroll(params, unroll.obs)
+    return vtrace_losses(logits, values, unroll_pairs(unroll, self.config.gamma), self.config)
+
+  def _sgd_step(self, state: ActorCriticState, unroll: Unroll):
+    grads, metrics = jax.grad(self.loss, has_aux=True)(state.params, unroll)
+    updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
+    metrics["grad_norm"] = optax.tree.norm(grads)
+    return state.replace(params=optax.apply_updates(state.params, updates),
+                         opt_state=opt_state, opt_steps=state.opt_steps + 1), metrics
+
+  def update(self, state: ActorCriticState, batch: Unroll, weights=None
+             ) -> tuple[ActorCriticState, dict, None]:
+    """``k`` SGD steps, one per batch of unrolls (leaves ``[k, T + 1, N, ...]``), jitted,
+    ``state`` donated; metrics averaged over the ``k`` steps; no feedback."""
+    return self._jitted_update(state, batch)
+
+  def _update(self, state: ActorCriticState, batch: Unroll):
+    state, metrics = jax.lax.scan(self._sgd_step, state, batch)
+    return state, jax.tree.map(jnp.mean, metrics), None

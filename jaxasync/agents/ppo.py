@@ -1,0 +1,249 @@
+"""PPO (Schulman et al. 2017) on unrolls from actors that may run ahead (Sebulba-style).
+
+One "SGD step" of the loop is one PPO iteration on one batch of unrolls: advantages by GAE
+(``rlax.truncated_generalized_advantage_estimation``, vmapped over the batch) from the
+learner's current values, then ``num_epochs`` passes of ``num_minibatches`` shuffled
+minibatches of the clipped surrogate objective. The ratio's denominator is the behaviour
+policy the actor acted with (its logits come with the unroll), so an unroll made by older
+params is corrected by the same clipping; the policy lag is recorded, and unrolls older than
+``max_policy_lag`` are dropped by the queue.
+
+Episode boundaries inside an unroll: the pair from an episode's last observation to the next
+one's reset observation is masked out of every loss, and GAE's lambda is 0 into it, so no
+advantage flows from one episode into the previous. A terminated episode's last pair has
+discount 0; a truncated one's bootstraps from ``V`` of the true final observation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal, NamedTuple, Sequence
+
+import chex
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+import optax
+import rlax
+
+from jaxasync.agent import key_data
+from jaxasync.agents.actor_critic import (ActorCriticState, DiscreteActorCritic,
+                                          action_log_prob, adam_with_clipping,
+                                          categorical_entropy, masked_mean, unroll_pairs,
+                                          validate_actor_critic_config)
+from jaxasync.collectors.unrolls import Unroll
+from jaxasync.envs import ConfigError
+from jaxasync.networks import Torso
+
+PyTree = Any
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOConfig:
+  """Hyperparameters of the PPO learner.
+
+  Attributes:
+    torso: network body; 'auto' picks by observation (CNNs for images, MLP for vectors).
+    hidden_sizes: MLP layer widths (a CNN's dense width is the last one).
+    shared_torso: one torso for the policy and value heads (False: one each).
+    unroll_length: T, env steps per unroll.
+    batch_size: unrolls per PPO iteration (their sub-envs side by side).
+    gamma: discount per env step.
+    gae_lambda: GAE's lambda.
+    learning_rate: Adam step size (the initial one when annealed).
+    learning_rate_decay_steps: iterations over which the step size anneals linearly to 0
+      (PPO's usual schedule); 0: constant.
+    adam_eps: Adam epsilon.
+    max_grad_norm: global-norm gradient clipping; 0: none.
+    num_epochs: passes over each batch.
+    num_minibatches: minibatches per pass; the batch's T x N transitions must divide by it.
+    clip_epsilon: the surrogate's ratio clip.
+    value_clip_epsilon: clip of the value's change from its value at the iteration's start;
+      0: no value clipping.
+    value_cost: weight of the value loss.
+    entropy_cost: weight of the entropy bonus.
+    normalize_advantages: standardize advantages per minibatch.
+    eval_greedy: evaluate with the argmax action (False: sample, as in training).
+  """
+
+  torso: Literal["auto", Torso] = "auto"
+  hidden_sizes: Sequence[int] = (64, 64)
+  shared_torso: bool = False
+  unroll_length: int = 32
+  batch_size: int = 1
+  gamma: float = 0.99
+  gae_lambda: float = 0.95
+  learning_rate: float = 1e-3
+  learning_rate_decay_steps: int = 0
+  adam_eps: float = 1e-5
+  max_grad_norm: float = 0.5
+  num_epochs: int = 10
+  num_minibatches: int = 1
+  clip_epsilon: float = 0.2
+  value_clip_epsilon: float = 0.0
+  value_cost: float = 0.5
+  entropy_cost: float = 0.0
+  normalize_advantages: bool = True
+  eval_greedy: bool = True
+
+  def validate(self) -> None:
+    validate_actor_critic_config(self)
+    if not 0.0 <= self.gae_lambda <= 1.0:
+      raise ConfigError(f"gae_lambda must be in [0, 1], got {self.gae_lambda}.")
+    if self.num_epochs < 1 or self.num_minibatches < 1:
+      raise ConfigError(f"num_epochs and num_minibatches must be >= 1, got {self.num_epochs} "
+                        f"and {self.num_minibatches}.")
+    if not self.clip_epsilon > 0 or not self.value_clip_epsilon >= 0:
+      raise ConfigError("clip_epsilon must be > 0 and value_clip_epsilon >= 0 (0: none).")
+
+
+class PPOBatch(NamedTuple):
+  """Flat transitions of one iteration, leaves ``[M, ...]`` (a minibatch, or all of them).
+
+  Attributes:
+    obs: observations ``[M, *obs_shape]``.
+    action: actions taken ``[M]``.
+    behaviour_log_prob: ``log mu(a|x)`` of the policy the actor acted with ``[M]``.
+    advantage: GAE advantages ``[M]``.
+    value_target: ``advantage + V_old`` ``[M]``.
+    old_value: the value at the iteration's start ``[M]`` (for value clipping).
+    mask: real transitions ``[M]`` (False: a pair across an episode boundary).
+  """
+
+  obs: jnp.ndarray
+  action: jnp.ndarray
+  behaviour_log_prob: jnp.ndarray
+  advantage: jnp.ndarray
+  value_target: jnp.ndarray
+  old_value: jnp.ndarray
+  mask: jnp.ndarray
+
+
+def gae_advantages(pairs, values: jnp.ndarray, gae_lambda: float) -> jnp.ndarray:
+  """GAE advantages ``[T, N]`` of an unroll's ``pairs`` and its values ``[T + 1, N]``.
+
+  Lambda is 0 from a pair into the next one when that one is a non-transition (an episode
+  boundary), so ``A_t = delta_t`` at an episode's last pair: its own bootstrap (discount 0 if
+  terminated) and nothing from the next episode.
+  """
+  into_next = jnp.concatenate([pairs.mask[1:], jnp.ones_like(pairs.mask[:1])], axis=0)
+  lambdas = gae_lambda * into_next.astype(jnp.float32)
+  return jax.vmap(rlax.truncated_generalized_advantage_estimation, in_axes=1, out_axes=1)(
+      pairs.reward, pairs.discount, lambdas, values)
+
+
+def ppo_losses(logits: jnp.ndarray, values: jnp.ndarray, batch: PPOBatch, config: PPOConfig
+               ) -> tuple[jnp.ndarray, dict]:
+  """The clipped-surrogate loss on a minibatch from the learner's ``logits [M, A]`` and
+  ``values [M]``; returns the loss and its parts (means over the real transitions)."""
+  log_pi = action_log_prob(logits, batch.action)
+  log_ratio = log_pi - batch.behaviour_log_prob
+  ratio = jnp.exp(log_ratio)
+  advantage = batch.advantage
+  if config.normalize_advantages:
+    mean = masked_mean(advantage, batch.mask)
+    std = jnp.sqrt(masked_mean(jnp.square(advantage - mean), batch.mask))
+    advantage = (advantage - mean) / (std + 1e-8)
+  eps = config.clip_epsilon
+  surrogate = jnp.minimum(ratio * advantage, jnp.clip(ratio, 1 - eps, 1 + eps) * advantage)
+  pg_loss = -masked_mean(surrogate, batch.mask)
+  value_error = jnp.square(values - batch.value_target)
+  if config.value_clip_epsilon:
+    vc = config.value_clip_epsilon
+    clipped = batch.old_value + jnp.clip(values - batch.old_value, -vc, vc)
+    value_error = jnp.maximum(value_error, jnp.square(clipped - batch.value_target))
+  value_loss = masked_mean(0.5 * value_error, batch.mask)
+  entropy = masked_mean(categorical_entropy(logits), batch.mask)
+  loss = pg_loss + config.value_cost * value_loss - config.entropy_cost * entropy
+  return loss, {"loss": loss, "pg_loss": pg_loss, "value_loss": value_loss,
+                "entropy": entropy,
+                "approx_kl": masked_mean((ratio - 1.0) - log_ratio, batch.mask),
+                "clip_fraction": masked_mean((jnp.abs(ratio - 1.0) > eps).astype(jnp.float32),
+                                             batch.mask)}
+
+
+class PPO(DiscreteActorCritic):
+  """PPO with GAE and a clipped surrogate, for Box observations and Discrete actions, on
+  unrolls from a queue.
+
+  Args:
+    config: hyperparameters.
+    obs_space: one sub-env's observation space (a ``Box``).
+    action_space: one sub-env's action space (``Discrete``).
+    env_id: named in error messages.
+  """
+
+  def __init__(self, config: PPOConfig, obs_space: gym.Space, action_space: gym.Space,
+               env_id: str = "the env"):
+    config.validate()
+    self._setup(config, obs_space, action_space, env_id, "PPO")
+    # The optimizer steps once per minibatch: num_epochs * num_minibatches per iteration.
+    self.optimizer = adam_with_clipping(
+        config.learning_rate, config.adam_eps, config.max_grad_norm,
+        config.learning_rate_decay_steps * config.num_epochs * config.num_minibatches)
+    self._jitted_update = jax.jit(self._update, donate_argnums=0)
+
+  def init(self, key: chex.PRNGKey) -> ActorCriticState:
+    params = self.init_params(key)
+    return ActorCriticState(params=params, opt_state=self.optimizer.init(params),
+                            opt_steps=jnp.zeros((), jnp.int32),
+                            key=key_data(jax.random.fold_in(key, 1)))
+
+  def iteration_batch(self, params: PyTree, unroll: Unroll) -> PPOBatch:
+    """The flat ``[T * N]`` transitions of ``unroll`` with advantages and value targets from
+    ``params`` (held constant for the iteration)."""
+    pairs = unroll_pairs(unroll, self.config.gamma)
+    _, values = self.apply_unroll(params, unroll.obs)
+    values = jax.lax.stop_gradient(values)
+    advantage = gae_advantages(pairs, values, self.config.gae_lambda)
+    flat = lambda x: x.reshape((-1,) + x.shape[2:])
+    return PPOBatch(obs=flat(unroll.obs[:-1]), action=flat(pairs.action),
+                    behaviour_log_prob=flat(action_log_prob(pairs.behaviour_logits,
+                                                            pairs.action)),
+                    advantage=flat(advantage), value_target=flat(advantage + values[:-1]),
+                    old_value=flat(values[:-1]), mask=flat(pairs.mask))
+
+  def loss(self, params: PyTree, batch: PPOBatch) -> tuple[jnp.ndarray, dict]:
+    logits, values = self.network.apply(params, batch.obs)
+    return ppo_losses(logits, values, batch, self.config)
+
+  def _minibatch_step(self, carry, minibatch: PPOBatch):
+    params, opt_state = carry
+    grads, metrics = jax.grad(self.loss, has_aux=True)(params, minibatch)
+    updates, opt_state = self.optimizer.update(grads, opt_state, params)
+    metrics["grad_norm"] = optax.tree.norm(grads)
+    return (optax.apply_updates(params, updates), opt_state), metrics
+
+  def _iteration(self, state: ActorCriticState, unroll: Unroll):
+    c = self.config
+    data = self.iteration_batch(state.params, unroll)
+    n = data.mask.shape[0]
+    if n % c.num_minibatches:
+      raise ConfigError(
+          f"a PPO batch holds {n} transitions (unroll_length x batch_size x envs per actor), "
+          f"which num_minibatches={c.num_minibatches} does not divide; change one of them.")
+    size = n // c.num_minibatches
+    key, shuffle_key = jax.random.split(state.key)
+
+    def epoch(carry, epoch_key):
+      perm = jax.random.permutation(epoch_key, n)
+      minibatches = jax.tree.map(
+          lambda x: x[perm].reshape((c.num_minibatches, size) + x.shape[1:]), data)
+      return jax.lax.scan(self._minibatch_step, carry, minibatches)
+
+    (params, opt_state), metrics = jax.lax.scan(
+        epoch, (state.params, state.opt_state), jax.random.split(shuffle_key, c.num_epochs))
+    metrics = jax.tree.map(jnp.mean, metrics)
+    metrics["advantage_mean"] = masked_mean(data.advantage, data.mask)
+    return ActorCriticState(params=params, opt_state=opt_state,
+                            opt_steps=state.opt_steps + 1, key=key), metrics
+
+  def update(self, state: ActorCriticState, batch: Unroll, weights=None
+             ) -> tuple[ActorCriticState, dict, None]:
+    """``k`` PPO iterations, one per batch of unrolls (leaves ``[k, T + 1, N, ...]``),
+    jitted, ``state`` donated; metrics averaged; no feedback."""
+    return self._jitted_update(state, batch)
+
+  def _update(self, state: ActorCriticState, batch: Unroll):
+    state, metrics = jax.lax.scan(self._iteration, state, batch)
+    return state, jax.tree.map(jnp.mean, metrics), None
