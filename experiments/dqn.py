@@ -85,6 +85,13 @@ class RunArgs:
   """delete the run already in --logdir (its checkpoints, summary and event files) first."""
   keep_checkpoints: int = 5
   """numbered checkpoints kept, the newest (best/ and final/ always stay); 0 keeps all."""
+  resume: bool = False
+  """continue the run in --logdir from its newest complete checkpoint (replay included)."""
+  resume_from: str | None = None
+  """continue from this checkpoint directory instead (implies --resume)."""
+  # None: saved when the replay is at most 4 GiB and the disk has room for it twice over.
+  save_replay: bool | None = None
+  """checkpoints hold the replay (and its priorities), for --resume; None: when it fits."""
   progress: bool = True
   """show a progress bar (--no-progress: print metrics lines instead)."""
   async_: Annotated[ja.AsyncConfig, tyro.conf.arg(name="async")] = dataclasses.field(
@@ -147,7 +154,9 @@ def run(args: RunArgs, title: str, make_replay: Callable[[ja.Agent], Any] | None
   mode = resolved_mode(args)
   env, eval_env = envs if envs is not None else default_envs(args)
   config = trainer_config(args)
-  ja.claim_run_dir(args.logdir, args.overwrite)  # before the recorder writes its event file
+  resume = args.resume_from or args.resume
+  if not resume:
+    ja.claim_run_dir(args.logdir, args.overwrite)  # before the recorder writes its event file
   obs_space, action_space = ja.envs.spaces_of(env)
   agent_cfg = agent_config(args) if agent_cfg is None else agent_cfg
   agent = agent_cls(agent_cfg, obs_space, action_space, args.env_id)
@@ -164,10 +173,11 @@ def run(args: RunArgs, title: str, make_replay: Callable[[ja.Agent], Any] | None
            if mode == "async" else f" ({args.num_envs} envs)")
         + f", logs and checkpoints in {os.path.abspath(args.logdir)}", flush=True)
   if mode == "sync":
-    summary = ja.Trainer(agent, env, config, recorder, eval_env, replay=replay).train()
+    summary = ja.Trainer(agent, env, config, recorder, eval_env, replay=replay,
+                         resume=resume).train()
   else:
     summary, _ = ja.train_async(agent_cls, agent_cfg, env, config, ac, recorder, eval_env,
-                                replay=replay)
+                                replay=replay, resume=resume)
   # Env frames: env steps times the env's frame skip (Atari), for comparison with other libraries.
   summary["env_frames_per_sec"] = (summary["env_steps"] * getattr(env, "frame_skip", 1)
                                    / summary["wall_s"])

@@ -47,6 +47,9 @@ class TrainerConfig:
       deleting them (otherwise ConfigError).
     keep_checkpoints: numbered checkpoints kept, the newest (best and final always stay); 0
       keeps all.
+    save_replay: checkpoints (numbered and final) hold the data source's state, so that a
+      resumed run samples the same replay; None: when it is at most 4 GiB and the disk has
+      room for it twice over (with a message when it is skipped).
     stall_warning: seconds without progress (no env step, SGD step or evaluation step) after
       which a warning names the stage the run is stuck in; None or 0: never.
     stall_timeout: seconds without progress after which the run stops with StallError (also
@@ -75,6 +78,7 @@ class TrainerConfig:
   progress: bool = True
   overwrite: bool = False
   keep_checkpoints: int = 5
+  save_replay: bool | None = None
   stall_warning: float | None = 60.0
   stall_timeout: float | None = 300.0
 

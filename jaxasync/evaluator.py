@@ -39,15 +39,15 @@ class Evaluator:
           f"{obs.shape} {obs.dtype} and actions {act}, the training env {want_obs.shape} "
           f"{want_obs.dtype} and {want_act}: the agent cannot act in it. Pass an --eval-env-id "
           "with the same spaces as --env-id.")
-    self._seed, self._count = seed, 0
+    self._seed, self.count = seed, 0  # evaluation k resets with seed + k
     self._rng = np.random.default_rng(seed)
     self.steps = 0  # vector steps taken in all evaluations (progress, for the watchdog)
 
   def evaluate(self, params: PyTree) -> float:
     """Mean undiscounted return over ``num_episodes`` first episodes."""
     params = to_cpu(params)
-    obs, _ = self._env.reset(seed=self._seed + self._count)
-    self._count += 1
+    obs, _ = self._env.reset(seed=self._seed + self.count)
+    self.count += 1
     n = self.num_episodes
     returns = np.zeros(n)
     running = np.ones(n, bool)

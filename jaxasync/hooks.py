@@ -17,9 +17,9 @@ class IntervalTrigger:
   border's ``opt_steps % interval == 0``, made safe for update calls that advance several
   steps at once."""
 
-  def __init__(self, interval: int):
+  def __init__(self, interval: int, start: int = 0):
     self.interval = interval
-    self._last = 0
+    self._last = start  # (a resumed run's counter starts where the checkpoint was)
 
   def __call__(self, count: int) -> bool:
     if self.interval <= 0:
@@ -57,9 +57,11 @@ class _NoBar:
   def close(self): pass
 
 
-def progress_bar(total: int, enabled: bool):
-  """A tqdm bar over SGD steps, or a no-op (no tqdm monitor thread) when disabled."""
-  return tqdm(total=total, desc="opt steps", mininterval=1.0) if enabled else _NoBar()
+def progress_bar(total: int, enabled: bool, initial: int = 0):
+  """A tqdm bar over SGD steps (from ``initial``: a resumed run's), or a no-op (no tqdm
+  monitor thread) when disabled."""
+  return (tqdm(total=total, initial=initial, desc="opt steps", mininterval=1.0) if enabled
+          else _NoBar())
 
 
 class EvalWorker:

@@ -54,13 +54,15 @@ class Learner:
     if previous is not None:
       jax.block_until_ready(previous)
     self.time_update += time.perf_counter() - t0
-    self._flush_feedback()
+    self.flush_feedback()
     if feedback is not None and sample.info is not None:
       self._pending_feedback = (source, sample.info, feedback)
     self.opt_steps += source.updates_per_call
     return source.updates_per_call
 
-  def _flush_feedback(self) -> None:
+  def flush_feedback(self) -> None:
+    """Hands the last call's feedback (e.g. priorities) to its source now (before a
+    checkpoint of the source); otherwise the next ``step`` does."""
     if self._pending_feedback is None:
       return
     source, info, feedback = self._pending_feedback

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+import jax
 import numpy as np
 
 from jaxasync.checkpoint import save_checkpoint
@@ -41,6 +42,9 @@ class RunLedger:
     self.failure: BaseException | None = None  # set by the watchdog thread
     self.warnings: list[str] = []
     self.last_checkpoint: Path | None = None  # the last numbered or final one written
+    self.resumes = 0  # times this run was resumed from a checkpoint
+    self._writer: threading.Thread | None = None  # a background save in flight
+    self._write_error: BaseException | None = None
 
   def request_stop(self, after_s: float = 0.0) -> None:
     """Ends the run ``after_s`` seconds from now (thread-safe: a float assignment)."""
@@ -106,20 +110,73 @@ class RunLedger:
             or (c.duration is not None and time.perf_counter() - self.start >= c.duration)
             or self.solved_at is not None)
 
-  def save(self, name: str, counters: dict) -> None:
+  def save(self, name: str, counters: dict, source_state: dict | None = None,
+           actor_state: bytes | None = None, background: bool = False) -> None:
+    """Writes checkpoint ``name``: the learner's state (checked finite), ``counters`` and the
+    ledger as meta, the data source's state and the lock-step actor's pickled state.
+
+    With ``background`` the learner only waits for what must be copied now (the state to
+    host memory; ``source_state`` is already a copy) and a writer thread does the rest; a
+    save waits for the previous one's writer first, so at most one is in flight, and
+    ``wait_for_writes`` (called at the end of a run) waits for it. A failed background write
+    is raised by the next save or ``wait_for_writes``.
+    """
     if self.model_dir is None:
       return
+    self.wait_for_writes()
     # numpy RNG states (replay sampling, exploration: the caller's ``counters["rng_states"]``)
     # go in the meta; the JAX key is part of the agent state.
     meta = {"opt_steps": self.learner.opt_steps, "best_eval_reward": self.best_eval_reward,
-            **counters, **self.extra_meta}
+            **counters, "ledger": self.state_dict(), **self.extra_meta}
     self.check_finite(self.learner.state, f"checkpoint {name!r}")
-    self.last_checkpoint = save_checkpoint(self.model_dir / name, self.learner.state, meta)
-    keep = self.config.keep_checkpoints
-    numbered = sorted((p for p in self.model_dir.iterdir() if p.is_dir() and p.name.isdigit()),
-                      key=lambda p: int(p.name))
-    for old in numbered[:-keep] if keep > 0 else []:
-      shutil.rmtree(old, ignore_errors=True)
+    state = jax.device_get(self.learner.state)  # a host copy: the next update may donate it
+
+    def write():
+      self.last_checkpoint = save_checkpoint(self.model_dir / name, state, meta, source_state,
+                                             actor_state)
+      keep = self.config.keep_checkpoints
+      numbered = sorted((p for p in self.model_dir.iterdir() if p.is_dir() and p.name.isdigit()),
+                        key=lambda p: int(p.name))
+      for old in numbered[:-keep] if keep > 0 else []:
+        shutil.rmtree(old, ignore_errors=True)
+
+    if not background:
+      write()
+      return
+
+    def run():
+      try:
+        write()
+      except BaseException as e:  # surfaced by the next save or wait_for_writes
+        self._write_error = e
+
+    self._writer = threading.Thread(target=run, name=f"jaxasync-save-{name}", daemon=True)
+    self._writer.start()
+
+  def wait_for_writes(self) -> None:
+    """Waits for a background save to finish; raises its error, if it failed."""
+    if self._writer is not None:
+      self._writer.join()
+      self._writer = None
+    if self._write_error is not None:
+      error, self._write_error = self._write_error, None
+      raise error
+
+  def state_dict(self) -> dict:
+    """The books a resumed run continues: evaluations, the best, when it was solved, how
+    many times the run was resumed (``resumes``, counted by ``load_state_dict``)."""
+    return {"best_eval_reward": _json_safe(float(self.best_eval_reward)),
+            "final_eval_reward": _json_safe(float(self.final_eval_reward)),
+            "evals": self.evals, "solved_at": self.solved_at, "resumes": self.resumes}
+
+  def load_state_dict(self, state: dict) -> None:
+    best = state.get("best_eval_reward")
+    self.best_eval_reward = -np.inf if best is None else float(best)
+    final = state.get("final_eval_reward")
+    self.final_eval_reward = np.nan if final is None else float(final)
+    self.evals = list(state.get("evals", []))
+    self.solved_at = state.get("solved_at")
+    self.resumes = int(state.get("resumes", 0)) + 1
 
   def check_finite(self, state, what: str) -> None:
     """Raises ``NonFiniteError`` instead of letting non-finite ``state`` be saved as ``what``."""
@@ -178,7 +235,7 @@ class RunLedger:
         "final_eval_opt_steps": self.evals[-1]["opt_steps"] if self.evals else None,
         "seed": self.config.seed,
         "solved_at": self.solved_at, "evals": self.evals, "interrupted": self.interrupted,
-        "error": self.error, "warnings": self.warnings,
+        "error": self.error, "warnings": self.warnings, "resumes": self.resumes,
     }
     if opt == 0 and self.error is None:
       msg = (f"the run ended without a single SGD step ({env_steps} env steps collected, "

@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pickle
 import time
+
+import jax
 
 from jaxasync.actor import Actor
 from jaxasync.actor_manager import ActorManager, ActorStats
@@ -72,6 +75,29 @@ class LockstepFeed:
 
   def rng_states(self) -> dict:
     return {"exploration": self.actor.rng.bit_generator.state}
+
+  def resume_state(self) -> bytes | None:
+    """The in-thread actor's env, collector, generator and exploration state, so that a
+    resumed run takes exactly the steps this one would have; ``None`` when the env does not
+    pickle (e.g. Atari's emulator): the resumed actor then starts fresh episodes."""
+    a = self.actor
+    state = {"env": a.env, "collector": a.collector, "rng": a.rng, "actor_state": a.actor_state,
+             "env_steps": a.env_steps, "seq": a._seq}
+    try:
+      return pickle.dumps(state)  # (a snapshot now: the env steps on while a save is written)
+    except Exception:  # (any failure to pickle: a lambda, a C handle, a lock...)
+      return None
+
+  def load_resume_state(self, state: bytes | None) -> bool:
+    """Continues from ``resume_state``'s output; returns whether there was one."""
+    if state is None:
+      return False
+    state = pickle.loads(state)  # (this run's own checkpoint)
+    a = self.actor
+    a.env.close()
+    a.env, a.collector, a.rng = state["env"], state["collector"], state["rng"]
+    a.actor_state, a.env_steps, a._seq = state["actor_state"], state["env_steps"], state["seq"]
+    return True
 
   def metrics(self) -> dict[str, float]:
     return self.actor.agent.actor_metrics(self.actor.actor_state)
@@ -169,6 +195,13 @@ class ActorFeed:
   def rng_states(self) -> dict:
     return {}
 
+  def resume_state(self) -> None:
+    """(Actors restart with fresh env seeds on resume; their chunks in flight are lost.)"""
+    return None
+
+  def load_resume_state(self, state) -> bool:
+    return False
+
   def metrics(self) -> dict[str, float]:
     return {"queue_length": self.transport.qsize(), "dropped_chunks": self.transport.dropped,
             "actor_restarts": sum(self.manager.restarts)}
@@ -231,6 +264,7 @@ class LearnerLoop:
     self._lags = [0, 0, 0, 0]  # min, max, sum, count since the last record
     self._returns = [0.0, 0]  # sum, count of episode returns since the last record
     self.times = {"ingest": 0.0, "publish": 0.0, "wait": 0.0}
+    self.save_replay = True  # checkpoints hold the data source's state (Trainer decides)
 
   # --- pieces of the loop ------------------------------------------------------------------
   def add_chunk(self, chunk: Chunk) -> None:
@@ -292,9 +326,36 @@ class LearnerLoop:
       self._bar.set_postfix(eval_reward=f"{run.final_eval_reward:.1f}",
                             best=f"{run.best_eval_reward:.1f}")
 
-  def _save(self, name: str) -> None:
+  def _save(self, name: str, background: bool = False) -> None:
+    """A checkpoint a resumed run can continue from: the agent state, the counters, the
+    ledger, the data source (with ``save_replay``) and the lock-step actor (when it pickles)."""
+    self.learner.flush_feedback()  # (priorities of the last call: part of the replay's state)
     rng_states = {**self.feed.rng_states(), **self.source.rng_states()}
-    self.ledger.save(name, {"env_steps": self.env_steps, "rng_states": rng_states})
+    counters = {"env_steps": self.env_steps, "inserted": self.inserted,
+                "chunks_ingested": self.chunks_ingested, "rng_states": rng_states,
+                "eval_count": self.evaluator.count}
+    self.ledger.save(name, counters, self.source.state_dict() if self.save_replay else None,
+                     self.feed.resume_state(), background=background)
+
+  def restore(self, state, meta: dict, source_state, actor_state) -> list[str]:
+    """Continues from a checkpoint (``checkpoint.load_checkpoint``'s parts); returns what
+    could not be restored, for the caller to report."""
+    missing = []
+    learner = self.learner
+    learner.state = jax.device_put(state)
+    learner.opt_steps = int(meta["opt_steps"])
+    self.env_steps = int(meta.get("env_steps", 0))
+    self.inserted = int(meta.get("inserted", 0))
+    self.chunks_ingested = int(meta.get("chunks_ingested", 0))
+    self.ledger.load_state_dict(meta.get("ledger", {}))
+    self.evaluator.count = int(meta.get("eval_count", 0))
+    if source_state is not None:
+      self.source.load_state_dict(source_state)
+    else:
+      missing.append("the replay (not saved: it starts empty and fills its warmup again)")
+    if not self.feed.load_resume_state(actor_state):
+      missing.append("the actors' episodes in progress (fresh episodes, new env seeds)")
+    return missing
 
   def _on_eval(self, reward, opt_steps, env_steps, state, wall_s) -> None:
     self.ledger.on_eval(reward, opt_steps, env_steps, opt_steps, state_for_best=state,
@@ -322,13 +383,16 @@ class LearnerLoop:
     worker = self._worker = EvalWorker(self.evaluator, self._on_eval)
     hooks = (Hook(c.eval_interval, self._evaluate, "evaluate"),
              Hook(c.record_interval, self._record, "record"),
-             Hook(c.save_interval, lambda loop: self._save(str(learner.opt_steps)), "save"),
+             # (written in the background: the learner waits only for the copies)
+             Hook(c.save_interval, lambda loop: self._save(str(learner.opt_steps), True),
+                  "save"),
              *self.user_hooks)
-    triggers = [IntervalTrigger(h.interval) for h in hooks]
-    sync_t = IntervalTrigger(self.sync_interval)
-    bar = self._bar = progress_bar(c.max_opts, c.progress)
+    start = learner.opt_steps  # (> 0 for a resumed run: intervals continue from there)
+    triggers = [IntervalTrigger(h.interval, start) for h in hooks]
+    sync_t = IntervalTrigger(self.sync_interval, start)
+    bar = self._bar = progress_bar(c.max_opts, c.progress, initial=start)
     self.source.start_clock()
-    self._last_record = (time.perf_counter(), 0, 0, 0)
+    self._last_record = (time.perf_counter(), self.inserted, self.env_steps, start)
     error: BaseException | None = None
     forced: KeyboardInterrupt | None = None
     with run.stop_on_sigint():
@@ -389,7 +453,7 @@ class LearnerLoop:
           if not worker.alive:  # (a forced stop may leave an evaluation running: no close
             self.evaluator.close()  # under its feet; the daemon thread ends with the process)
         try:
-          self._save("final")
+          self._save("final")  # (after the numbered save in flight, if any)
         except Exception as save_error:  # never mask the error that ended the run
           error = error or save_error
         run.record_error(error)

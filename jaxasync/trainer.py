@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
+from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 
-from jaxasync.actor import Actor, ActorConfig, ActorShared
+from jaxasync.actor import Actor, ActorConfig, ActorShared, actor_seed
 from jaxasync.actor_manager import ActorManager, ActorStats
 from jaxasync.agent import Agent
-from jaxasync.checkpoint import claim_run_dir
+from jaxasync.checkpoint import claim_run_dir, load_checkpoint, resumable_checkpoints
 from jaxasync.config import AsyncConfig, TrainerConfig
 from jaxasync.envs import ConfigError, EnvFactory
 from jaxasync.evaluator import Evaluator
+from jaxasync.faults import logger
 from jaxasync.hooks import Hook
 from jaxasync.inference import InferenceServer
 from jaxasync.learner import Learner
@@ -79,6 +82,34 @@ def _check_data_spec(agent: Agent, replay) -> None:
                       "it takes no replay; drop the replay argument.")
 
 
+def resume_from(model_dir, template, which: bool | str | os.PathLike = True) -> tuple:
+  """``(path, meta, state, source_state, actor_state)`` of the checkpoint to resume from:
+  ``which`` itself (a checkpoint directory), or with ``True`` the newest complete one of the
+  run in ``model_dir``, older ones tried in turn when one fails to load (damaged, half
+  written, or of another config), each failure logged.
+
+  Raises ``ConfigError`` when none loads.
+  """
+  for stale in Path(model_dir).glob(".*.tmp-*"):  # saves a kill interrupted: never complete
+    shutil.rmtree(stale, ignore_errors=True)
+  candidates = ([Path(which)] if not isinstance(which, bool)
+                else resumable_checkpoints(model_dir))
+  errors = []
+  for path in candidates:
+    try:
+      state, meta, source_state, actor_state = load_checkpoint(path, template)
+    except Exception as e:  # unreadable, truncated, mismatching: try the next older one
+      errors.append(f"{path.name}: {type(e).__name__}: {e}")
+      logger.warning(f"checkpoint {path} cannot be resumed from ({type(e).__name__}: {e}); "
+                     "trying an older one.")
+      continue
+    return path, meta, state, source_state, actor_state
+  tried = "; ".join(errors) if errors else "none found"
+  raise ConfigError(f"nothing to resume in {model_dir if isinstance(which, bool) else which} "
+                    f"({tried}). Start the run without --resume (or with --overwrite), or name "
+                    "a checkpoint directory with --resume-from.")
+
+
 class Trainer:
   """A run: ``train()`` runs it to the end and returns the summary.
 
@@ -95,20 +126,26 @@ class Trainer:
       thread actors and the lock-step actor share ``agent`` when it is ``None``).
     source: a data source to use instead of the one ``agent.data`` asks for.
     hooks: the run's own ``Hook``s (``fn(loop)`` every ``interval`` SGD steps).
+    resume: continue the run in ``config.model_dir`` from its newest complete checkpoint
+      (``True``) or from the checkpoint directory given; a damaged checkpoint is skipped for
+      the next older one, with a warning. See ``resume_from``.
   """
 
   def __init__(self, agent: Agent, env_factory: EnvFactory, config: TrainerConfig,
                recorder: Recorder | None = None, eval_env_factory: EnvFactory | None = None,
                replay=None, async_config: AsyncConfig | None = None,
                agent_factory: Callable[[], Agent] | None = None, source=None,
-               hooks: Sequence[Hook] = ()):
+               hooks: Sequence[Hook] = (), resume: bool | str | os.PathLike = False):
     if not isinstance(agent, Agent):
       raise ConfigError(f"{type(agent).__name__} is not a jaxasync.Agent: subclass "
                         "jaxasync.Agent and implement its members (see jaxasync/agent.py).")
     config.validate(agent.batch_size)
     _check_data_spec(agent, replay)
-    if config.model_dir:  # before any env, queue or shared memory exists: a refusal leaks none
-      claim_run_dir(config.model_dir, config.overwrite, events=False)
+    if resume and not config.model_dir:
+      raise ConfigError("resume continues the run in model_dir: set TrainerConfig.model_dir "
+                        "(--logdir) to the run's directory.")
+    if config.model_dir and not resume:  # before any env, queue or shared memory exists: a
+      claim_run_dir(config.model_dir, config.overwrite, events=False)  # refusal leaks none
     self.agent, self.config, self.async_config = agent, config, async_config
     self.recorder = recorder or NullRecorder()
     ac = async_config
@@ -122,6 +159,11 @@ class Trainer:
     self.replay = None
     self.source = source if source is not None else self._make_source(replay)
     self.learner = Learner(agent, config.seed)
+    # What to continue from, read before actors are built (their seeds and schedules depend
+    # on it); restored into the loop once it exists.
+    checkpoint = resume_from(config.model_dir, self.learner.state, resume) if resume else None
+    resumes = checkpoint[1].get("ledger", {}).get("resumes", 0) + 1 if checkpoint else 0
+    resumed_env_steps = int(checkpoint[1].get("env_steps", 0)) if checkpoint else 0
     self.evaluator = Evaluator(agent, eval_env_factory or env_factory, config.eval_episodes,
                                seed=config.seed + 10_000)
     collector = collector_factory(agent, config, self.replay)
@@ -133,17 +175,27 @@ class Trainer:
                                  chunk_steps=agent.data.unroll_length if unrolls else 1,
                                  collector=collector, seed=config.seed)
       env = env_factory(config.num_envs, seed=config.seed)
-      self.feed = LockstepFeed(Actor(0, agent, env, actor_config, self.param_store,
-                                     ActorShared(np.zeros(1, np.int64), np.full(1, -1, np.int64)),
-                                     seed=config.seed + 1, env_seed=config.seed))
+      # (A resumed run whose actor does not pickle starts it on fresh seeds.)
+      seed = config.seed if not resumes else actor_seed(config.seed, 0, 1_000 * resumes)
+      shared = ActorShared(np.full(1, resumed_env_steps, np.int64), np.full(1, -1, np.int64))
+      self.feed = LockstepFeed(Actor(0, agent, env, actor_config, self.param_store, shared,
+                                     seed=seed + 1, env_seed=seed))
       sync_interval = 1  # the lock-step actor acts on the params of the last update call
     else:
       self.feed = self._make_actor_feed(agent, agent_factory, env_factory, collector,
-                                        agent.data.unroll_length if unrolls else ac.chunk_steps)
+                                        agent.data.unroll_length if unrolls else ac.chunk_steps,
+                                        resumes, resumed_env_steps)
       sync_interval = ac.sync_interval
     self.loop = LearnerLoop(config, self.learner, self.source, self.feed, self.param_store,
                             self.evaluator, self.recorder, sync_interval,
                             {"mode": self.feed.mode}, hooks=tuple(hooks))
+    self.loop.save_replay = self._decide_save_replay()
+    if checkpoint is not None:
+      path, meta, state, source_state, actor_state = checkpoint
+      missing = self.loop.restore(state, meta, source_state, actor_state)
+      note = f"; not restored: {'; '.join(missing)}" if missing else ""
+      logger.warning(f"resuming from {path} (SGD step {meta['opt_steps']}, "
+                     f"{resumed_env_steps} env steps){note}")
 
   def _make_source(self, replay):
     c, ac, agent = self.config, self.async_config, self.agent
@@ -170,16 +222,34 @@ class Trainer:
                         min_size=c.warmup_period, max_train_frequency=ac.max_train_frequency,
                         beta_anneal_steps=c.max_opts, chunk_items=chunk_items)
 
+  def _decide_save_replay(self) -> bool:
+    """``TrainerConfig.save_replay``, with ``None`` (auto) meaning: when the data source's
+    state is at most 4 GiB and the disk has room for it twice over; says so when it is not."""
+    c = self.config
+    if c.save_replay is not None or not c.model_dir:
+      return bool(c.save_replay)
+    size = self.source.nbytes
+    free = shutil.disk_usage(c.model_dir).free
+    if size <= 4 * 2**30 and 2 * size <= free:
+      return True
+    logger.warning(f"checkpoints will not hold the replay ({size / 2**30:.1f} GiB; "
+                   f"{free / 2**30:.1f} GiB free): a resumed run refills it. Pass "
+                   "save_replay=True (--save-replay) to keep it anyway.")
+    return False
+
   def _make_actor_feed(self, agent, agent_factory, env_factory, collector,
-                       chunk_steps: int) -> ActorFeed:
+                       chunk_steps: int, resumes: int = 0, resumed_env_steps: int = 0
+                       ) -> ActorFeed:
     c, ac = self.config, self.async_config
     process = ac.actor_mode == "process"
     transport = ChunkQueue(ac.queue_size, ac.drop_when_full, process=process)
     self.param_store = (SharedParamStore(self.learner.model_info().params) if process
                         else ThreadParamStore())
     cores = os.cpu_count() or 1
+    # A resumed run's actors get fresh seeds (not the first run's trajectories again).
+    seed = c.seed if not resumes else actor_seed(c.seed, 0, 1_000 * resumes)
     configs = [ActorConfig(num_envs=ac.envs_per_actor, chunk_steps=chunk_steps,
-                           collector=collector, seed=c.seed, num_actors=ac.num_actors,
+                           collector=collector, seed=seed, num_actors=ac.num_actors,
                            cpu=(1 + i % max(1, cores - 1)) % cores if ac.pin_cpus else None)
                for i in range(ac.num_actors)]
     inference = None
@@ -189,6 +259,8 @@ class Trainer:
           ac.inference_servers, ac.inference_device, process=process, seed=c.seed)
     manager = ActorManager(agent_factory, env_factory, configs, transport, self.param_store,
                            ac.actor_mode, ac.max_restarts, ac.serialize_env_init, inference)
+    for i in range(ac.num_actors):  # exploration schedules continue where the run was
+      manager.shared.env_steps[i] = resumed_env_steps // ac.num_actors
     return ActorFeed(manager, transport, inference, pin_cpu=0 if ac.pin_cpus else None)
 
   # --- what callers look at --------------------------------------------------------------
@@ -228,15 +300,15 @@ class AsyncTrainer(Trainer):
 def train_async(agent_cls, agent_config, env_factory: EnvFactory, config: TrainerConfig,
                 async_config: AsyncConfig, recorder: Recorder | None = None,
                 eval_env_factory: EnvFactory | None = None, replay=None,
-                ) -> tuple[dict, list[ActorStats]]:
+                resume: bool | str | os.PathLike = False) -> tuple[dict, list[ActorStats]]:
   """Builds the agent (``agent_cls(agent_config, obs_space, action_space, env_id)``, in the
   learner and in every actor), runs an asynchronous ``Trainer`` to the end (border's
-  ``train_async``); returns ``(summary, actor_stats)``."""
+  ``train_async``); returns ``(summary, actor_stats)``. ``resume``: as ``Trainer``'s."""
   from jaxasync.envs import spaces_of
   obs_space, action_space = spaces_of(env_factory)
   agent_factory = functools.partial(agent_cls, agent_config, obs_space, action_space,
                                     env_factory.env_id)
   trainer = Trainer(agent_factory(), env_factory, config, recorder, eval_env_factory, replay,
-                    async_config=async_config, agent_factory=agent_factory)
+                    async_config=async_config, agent_factory=agent_factory, resume=resume)
   summary = trainer.train()
   return summary, trainer.actor_stats

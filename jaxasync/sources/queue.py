@@ -144,6 +144,16 @@ class QueueSource:
   def feedback(self, info: Any, feedback: Any) -> None:
     """Nothing to do: a queue serves every item once and keeps no priorities."""
 
+  nbytes = 0  # (what state_dict keeps: no items)
+
+  def state_dict(self) -> dict:
+    """The count of dropped items; the items themselves are not kept: by the time a resumed
+    run starts they would be too old to learn from on-policy."""
+    return {"dropped_stale": self._dropped_stale}
+
+  def load_state_dict(self, state: dict) -> None:
+    self._dropped_stale = int(state["dropped_stale"])
+
   def metrics(self) -> dict[str, float]:
     """``dropped_stale`` (total) and the lag of the items sampled since the last call.
 

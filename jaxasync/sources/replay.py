@@ -209,3 +209,23 @@ class ReplaySource:
 
   def metrics(self) -> dict[str, float]:
     return {}
+
+  # --- resume ------------------------------------------------------------------------------
+  @property
+  def nbytes(self) -> int:
+    """Bytes a ``state_dict`` holds (the replay's storage)."""
+    return int(getattr(self.replay, "nbytes", 0))
+
+  def state_dict(self) -> dict:
+    """The replay's contents (a copy: cursor, priorities, its generator) and the counts the
+    limiter reads; what a resumed run needs to sample exactly as this one would have."""
+    return {"replay": self.replay.state_dict(), "inserted": self.inserted,
+            "sampled": self.sampled, "env_steps": self.env_steps,
+            "credit": getattr(self.limiter, "credit", None)}
+
+  def load_state_dict(self, state: dict) -> None:
+    self.replay.load_state_dict(state["replay"])
+    self.inserted, self.sampled = int(state["inserted"]), int(state["sampled"])
+    self.env_steps = int(state["env_steps"])
+    if state.get("credit") is not None and hasattr(self.limiter, "credit"):
+      self.limiter.credit = float(state["credit"])
