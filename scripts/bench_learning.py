@@ -48,8 +48,8 @@ counted as infinitely slow, so the median is '-' once half the seeds never got t
 Outputs in --out: results.json (every run's figures and exact command, the per-cell aggregates,
 the git commit and whether tracked files were modified), results.md (the two tables, also printed
 at the end), and one <row>-<mode>.png per cell: eval return against env steps, one thin line per
-seed, their median in bold (each seed interpolated onto a common env-step grid, over the range
-every seed covers), the target dashed. PNGs need matplotlib (pip install matplotlib).
+seed, their median in bold and range shaded (jaxasync.plot: each seed interpolated onto a
+common env-step grid, over the range every seed covers), the target dashed. PNGs need matplotlib (pip install matplotlib).
 
 Run (from the repository root; the full default matrix is 6 rows x 3 modes x 5 seeds = 90 runs):
   python scripts/bench_learning.py                                    # the full matrix
@@ -81,7 +81,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
+from jaxasync.plot import draw_curves
 
 ROOT = Path(__file__).resolve().parents[1]
 LOG_TAIL_LINES = 30
@@ -195,34 +195,6 @@ def aggregate(runs: Sequence[dict]) -> dict:
     out[key] = {**_median_worst(values, worst=max),
                 "reached": sum(not math.isinf(v) for v in values)}
   return out
-
-
-def common_grid(curves: Sequence[tuple[Sequence[float], Sequence[float]]],
-                points: int = 200) -> np.ndarray:
-  """Env steps from the latest first evaluation to the earliest last one: where every curve is
-  defined, so the median is never taken over extrapolated values. Empty if they do not overlap."""
-  curves = [c for c in curves if len(c[0])]
-  if not curves:
-    return np.zeros(0)
-  lo, hi = max(c[0][0] for c in curves), min(c[0][-1] for c in curves)
-  return np.linspace(lo, hi, points) if hi > lo else np.zeros(0)
-
-
-def median_curve(curves: Sequence[tuple[Sequence[float], Sequence[float]]],
-                 grid: Sequence[float]) -> np.ndarray:
-  """The median across ``curves`` ((env_steps, returns) pairs) of each one linearly interpolated
-  at ``grid``; NaN at a grid point outside some curve's range (np.interp would clamp there)."""
-  grid = np.asarray(grid, np.float64)
-  if not curves:
-    return np.full(grid.shape, np.nan)
-  stacked = []
-  for xs, ys in curves:
-    xs, ys = np.asarray(xs, np.float64), np.asarray(ys, np.float64)
-    y = np.interp(grid, xs, ys) if len(xs) else np.full(grid.shape, np.nan)
-    if len(xs):
-      y[(grid < xs[0]) | (grid > xs[-1])] = np.nan
-    stacked.append(y)
-  return np.median(np.stack(stacked), axis=0)  # NaN wherever any curve is NaN
 
 
 # --- running --------------------------------------------------------------------------------------
@@ -431,7 +403,8 @@ def legend(rows: Sequence[str]) -> str:
 
 
 def plot_cells(records: list[dict], out: Path) -> list[str]:
-  """One PNG per cell; [] (and one line printed) when matplotlib is missing."""
+  """One PNG per cell, drawn by ``jaxasync.plot.draw_curves`` (seeds thin, median bold, range
+  shaded); [] (and one line printed) when matplotlib is missing."""
   try:
     import matplotlib
     matplotlib.use("Agg")
@@ -444,16 +417,10 @@ def plot_cells(records: list[dict], out: Path) -> list[str]:
   for r in records:
     cells.setdefault((r["row"], r["mode"]), []).append(r)
   for (row, mode), runs in cells.items():
-    curves = [([p[0] for p in r["curve"]], [p[1] for p in r["curve"]]) for r in runs
-              if r["curve"] and not r["failed"]]
+    curves = {f"seed {r['seed']}": ([p[0] for p in r["curve"]], [p[1] for p in r["curve"]])
+              for r in runs if r["curve"] and not r["failed"]}
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
-    for r in runs:
-      if r["curve"] and not r["failed"]:
-        xs, ys = zip(*r["curve"])
-        ax.plot(xs, ys, lw=0.9, alpha=0.4, label=f"seed {r['seed']}")
-    grid = common_grid(curves)
-    if len(grid) and len(curves) > 1:
-      ax.plot(grid, median_curve(curves, grid), color="black", lw=2.5, label="median")
+    draw_curves(ax, curves)
     if ROWS[row].target is not None:
       ax.axhline(ROWS[row].target, color="tab:red", ls="--", lw=1,
                  label=f"target {ROWS[row].target:g}")

@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from jaxasync.plot import common_grid, median_curve
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_learning.py"
 
 
@@ -100,11 +102,11 @@ def test_aggregate_medians_and_worsts():
 
 def test_median_curve_interpolates_on_a_common_grid():
   curves = [([0, 10], [0.0, 10.0]), ([0, 5, 10], [0.0, 20.0, 20.0]), ([2, 10], [30.0, 30.0])]
-  grid = bl.common_grid(curves, points=5)
+  grid = common_grid(curves, points=5)
   np.testing.assert_allclose(grid, [2, 4, 6, 8, 10])  # where all three are defined
   # at 4: 4, 16, 30 -> 16; at 8: 8, 20, 30 -> 20
-  np.testing.assert_allclose(bl.median_curve(curves, [4, 8]), [16.0, 20.0])
-  assert math.isnan(bl.median_curve(curves, [1])[0])  # curve 3 starts at 2: no clamping
+  np.testing.assert_allclose(median_curve(curves, [4, 8]), [16.0, 20.0])
+  assert math.isnan(median_curve(curves, [1])[0])  # curve 3 starts at 2: no clamping
 
 
 def test_dry_run_prints_each_command_with_the_rows_and_modes_flags(tmp_path, capsys):
