@@ -5,7 +5,7 @@ from jaxasync.agent import ActorContext, Agent, DataSpec
 from jaxasync.actor_manager import ActorFailed, ActorManager, ActorStats
 from jaxasync.agents.dqn import DQN, DQNConfig, DQNState
 from jaxasync.agents.sac import SAC, SACConfig, SACState
-from jaxasync.agents.actor_critic import ActorCriticState
+from jaxasync.agents.actor_critic import ActorCriticConfig, ActorCriticState
 from jaxasync.agents.impala import IMPALA, IMPALAConfig
 from jaxasync.agents.ppo import PPO, PPOConfig
 from jaxasync.agents.exploration import EpsilonState, apex_epsilons, epsilon_greedy, linear_epsilon
@@ -37,6 +37,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ActorConfig",
+    "ActorCriticConfig",
     "ActorCriticState",
     "ActorContext",
     "ActorFailed",

