@@ -9,7 +9,6 @@ step times their sub-envs, side by side.
 
 from __future__ import annotations
 
-import abc
 import dataclasses
 from typing import Any, Literal, NamedTuple, Sequence
 
@@ -22,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxasync.agent import ActorContext, Agent, DataSpec
+from jaxasync.agent import ActorContext, Agent, DataSpec, key_data
 from jaxasync.envs import ConfigError, check_box_observations
 from jaxasync.networks import TORSOS, Torso, check_torso, default_torso, make_torso
 
@@ -138,12 +137,13 @@ def check_discrete_actor_critic_spaces(obs_space: gym.Space, action_space: gym.S
 
 
 class DiscreteActorCritic(Agent):
-  """The acting side of IMPALA and PPO, and their network; subclasses write ``init``'s
-  optimizer and ``update``.
+  """The acting side of IMPALA and PPO, their network and their initial state.
 
   Actors call ``policy`` (the logits, one jitted call) and ``select`` (a categorical sample
   by the Gumbel-max trick in numpy, or the argmax for a greedy evaluation); the logits go
   to the learner as ``extras["logits"]``.
+
+  Subclasses set ``self.optimizer`` (``init`` builds its state) and write ``update``.
 
   Args (of subclasses' ``__init__``, through ``_setup``): the config (with ``torso``,
   ``hidden_sizes``, ``shared_torso``, ``unroll_length``, ``batch_size``, ``eval_greedy``),
@@ -200,9 +200,13 @@ class DiscreteActorCritic(Agent):
     actions = np.argmax(scores, axis=-1).astype(self.action_space.dtype)
     return actions, {"logits": logits}, greedy
 
-  @abc.abstractmethod
-  def init(self, key: chex.PRNGKey) -> PyTree:
-    """(The subclass's state: params plus its optimizer.)"""
+  def init(self, key: chex.PRNGKey) -> ActorCriticState:
+    """The initial state: the network's params, the subclass's ``self.optimizer`` state, and
+    the PRNG key of the update (PPO's minibatch shuffles)."""
+    params = self.init_params(key)
+    return ActorCriticState(params=params, opt_state=self.optimizer.init(params),
+                            opt_steps=jnp.zeros((), jnp.int32),
+                            key=key_data(jax.random.fold_in(key, 1)))
 
 
 @dataclasses.dataclass(frozen=True)

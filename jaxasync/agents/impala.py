@@ -20,14 +20,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import chex
 import gymnasium as gym
 import jax
 import jax.numpy as jnp
 import optax
 import rlax
 
-from jaxasync.agent import key_data
 from jaxasync.agents.actor_critic import (ActorCriticConfig, ActorCriticState,
                                           DiscreteActorCritic, action_log_prob,
                                           adam_with_clipping, categorical_entropy, masked_mean,
@@ -103,12 +101,6 @@ class IMPALA(DiscreteActorCritic):
     self.optimizer = adam_with_clipping(config.learning_rate, config.adam_eps,
                                         config.max_grad_norm, config.learning_rate_decay_steps)
     self._jitted_update = jax.jit(self._update, donate_argnums=0)
-
-  def init(self, key: chex.PRNGKey) -> ActorCriticState:
-    params = self.init_params(key)
-    return ActorCriticState(params=params, opt_state=self.optimizer.init(params),
-                            opt_steps=jnp.zeros((), jnp.int32),
-                            key=key_data(jax.random.fold_in(key, 1)))
 
   def loss(self, params: PyTree, unroll: Unroll) -> tuple[jnp.ndarray, dict]:
     """IMPALA's loss on one batch of unrolls (leaves ``[T + 1, N, ...]``)."""

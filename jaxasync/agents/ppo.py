@@ -19,14 +19,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, NamedTuple
 
-import chex
 import gymnasium as gym
 import jax
 import jax.numpy as jnp
 import optax
 import rlax
 
-from jaxasync.agent import key_data
 from jaxasync.agents.actor_critic import (ActorCriticConfig, ActorCriticState,
                                           DiscreteActorCritic, action_log_prob,
                                           adam_with_clipping, categorical_entropy, masked_mean,
@@ -163,12 +161,6 @@ class PPO(DiscreteActorCritic):
         config.learning_rate, config.adam_eps, config.max_grad_norm,
         config.learning_rate_decay_steps * config.num_epochs * config.num_minibatches)
     self._jitted_update = jax.jit(self._update, donate_argnums=0)
-
-  def init(self, key: chex.PRNGKey) -> ActorCriticState:
-    params = self.init_params(key)
-    return ActorCriticState(params=params, opt_state=self.optimizer.init(params),
-                            opt_steps=jnp.zeros((), jnp.int32),
-                            key=key_data(jax.random.fold_in(key, 1)))
 
   def iteration_batch(self, params: PyTree, unroll: Unroll) -> PPOBatch:
     """The flat ``[T * N]`` transitions of ``unroll`` with advantages and value targets from
