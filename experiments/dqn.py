@@ -94,6 +94,10 @@ class RunArgs:
   """checkpoints hold the replay (and its priorities), for --resume; None: when it fits."""
   progress: bool = True
   """show a progress bar (--no-progress: print metrics lines instead)."""
+  # The first N of jax.devices(); the batch is global (each device takes batch / N items), so
+  # the replay ratio and learning figures do not change with N. Actors stay on the CPU.
+  learner_devices: int | None = None
+  """devices the learner's update is split over, data-parallel; None: all accelerators, or the CPU."""
   async_: Annotated[ja.AsyncConfig, tyro.conf.arg(name="async")] = dataclasses.field(
       # One actor process with 4 envs, 64 sampled items per inserted transition, params
       # published every 10 SGD steps: chosen with scripts/bench_learning.py (README, 'Choosing

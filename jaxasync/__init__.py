@@ -28,6 +28,7 @@ from jaxasync.recorder import (ConsoleRecorder, MemoryRecorder, MultiRecorder, N
                                Recorder, TensorboardRecorder)
 from jaxasync.replay import PrioritizedReplayBuffer, ReplayBuffer, SumTree, linear_beta
 from jaxasync.replay.frames import FrameReplayBuffer, FrameStepProcessor, PrioritizedFrameReplayBuffer
+from jaxasync.sharding import DataParallel, constrain_to_batch_shards, learner_devices
 from jaxasync.step_processor import StepProcessor
 from jaxasync.trainer import AsyncTrainer, Trainer, train_async
 from jaxasync.transport import Chunk, ChunkQueue
@@ -55,6 +56,7 @@ __all__ = [
     "DQN",
     "DQNConfig",
     "DQNState",
+    "DataParallel",
     "DataSpec",
     "EnvFactory",
     "EpsilonState",
@@ -105,7 +107,9 @@ __all__ = [
     "apex_epsilons",
     "check_env_id",
     "claim_run_dir",
+    "constrain_to_batch_shards",
     "epsilon_greedy",
+    "learner_devices",
     "linear_beta",
     "linear_epsilon",
     "restore_checkpoint",

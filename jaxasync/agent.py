@@ -71,6 +71,12 @@ class DataSpec(NamedTuple):
   source: Literal["replay", "queue"] = "replay"
   unroll_length: int = 0
 
+  @property
+  def batch_axis(self) -> int:
+    """The batch axis of ``update``'s batch leaves: 1 for transitions ``[k, N, ...]``, 2 for
+    unrolls ``[k, T + 1, N, ...]`` (what a multi-device learner shards)."""
+    return 2 if self.collector == "unrolls" else 1
+
 
 class Agent(abc.ABC):
   """The contract every algorithm implements (see the module docstring for the picture).

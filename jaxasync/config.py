@@ -54,6 +54,9 @@ class TrainerConfig:
       which a warning names the stage the run is stuck in; None or 0: never.
     stall_timeout: seconds without progress after which the run stops with StallError (also
       raised when the run is still stuck 10 s past duration); None or 0: never.
+    learner_devices: local devices the learner's updates are split over, data-parallel (the
+      first ones of ``jax.devices()``; see ``jaxasync.sharding``); None: every accelerator,
+      or the CPU. The batch is global: each device takes batch / devices items.
   """
 
   max_opts: int = 50_000
@@ -81,6 +84,7 @@ class TrainerConfig:
   save_replay: bool | None = None
   stall_warning: float | None = 60.0
   stall_timeout: float | None = 300.0
+  learner_devices: int | None = None
 
   def validate(self, batch_size: int) -> None:
     check_return_settings(self.n_step, self.gamma, self.reward_clip)

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Sequence
 
 import jax
 import numpy as np
@@ -15,6 +15,7 @@ import numpy as np
 from jaxasync.agent import Agent
 from jaxasync.faults import NonFiniteError, all_finite
 from jaxasync.param_store import host_copy
+from jaxasync.sharding import DataParallel
 from jaxasync.types import ModelInfo
 
 PyTree = Any
@@ -29,14 +30,25 @@ class Learner:
   ``scripts/bench_throughput.py`` measures both). The feedback of a call (new priorities) is
   handed back to the source at the next call, once it is ready.
 
+  On several devices (``devices``, see ``jaxasync.sharding``) the state is replicated on them
+  and each batch split over them on its batch axis; the agent's update is the same, and gives
+  the same result as on one device (to float rounding).
+
   Args:
     agent: the ``Agent``.
     seed: seeds ``agent.init``.
+    devices: the learner's devices (``jaxasync.sharding.learner_devices``); ``None`` (or the
+      default device alone): JAX's default device, numpy batches straight into the jitted call.
   """
 
-  def __init__(self, agent: Agent, seed: int):
+  def __init__(self, agent: Agent, seed: int, devices: Sequence[jax.Device] | None = None):
     self.agent = agent
-    self.state = agent.init(jax.random.PRNGKey(seed))
+    devices = list(devices) if devices is not None else [jax.devices()[0]]
+    self.devices = devices
+    # One default device: numpy straight into jit (cheapest); otherwise place explicitly.
+    self.parallel = (DataParallel(devices, agent.data.batch_axis)
+                     if devices != [jax.devices()[0]] else None)
+    self.state = self.place_state(agent.init(jax.random.PRNGKey(seed)))
     self.opt_steps = 0
     self._metrics: dict | None = None
     self._pending_feedback = None  # (source, info, device feedback) of the call in flight
@@ -47,8 +59,13 @@ class Learner:
     sample = source.sample(self.opt_steps)
     t0 = time.perf_counter()
     previous = self._metrics
-    self.state, self._metrics, feedback = self.agent.update(self.state, sample.batch,
-                                                            sample.weights)
+    if self.parallel is None:
+      self.state, self._metrics, feedback = self.agent.update(self.state, sample.batch,
+                                                              sample.weights)
+    else:
+      batch, weights = self.parallel.place_batch(sample.batch, sample.weights)
+      with jax.set_mesh(self.parallel.mesh):  # (for constrain_to_batch_shards)
+        self.state, self._metrics, feedback = self.agent.update(self.state, batch, weights)
     # One call in flight at most: the batch for call t+1 is sampled while call t runs, but
     # the host never queues unboundedly many calls (and their batches).
     if previous is not None:
@@ -59,6 +76,13 @@ class Learner:
       self._pending_feedback = (source, sample.info, feedback)
     self.opt_steps += source.updates_per_call
     return source.updates_per_call
+
+  def place_state(self, state: PyTree) -> PyTree:
+    """``state`` (e.g. restored from a checkpoint) on the learner's devices: replicated over
+    several, committed to a single one."""
+    if self.parallel is not None:
+      return self.parallel.place_state(state)
+    return jax.device_put(state)
 
   def flush_feedback(self) -> None:
     """Hands the last call's feedback (e.g. priorities) to its source now (before a

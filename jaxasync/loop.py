@@ -22,7 +22,6 @@ import os
 import pickle
 import time
 
-import jax
 
 from jaxasync.actor import Actor
 from jaxasync.actor_manager import ActorManager, ActorStats
@@ -342,7 +341,7 @@ class LearnerLoop:
     could not be restored, for the caller to report."""
     missing = []
     learner = self.learner
-    learner.state = jax.device_put(state)
+    learner.state = learner.place_state(state)
     learner.opt_steps = int(meta["opt_steps"])
     self.env_steps = int(meta.get("env_steps", 0))
     self.inserted = int(meta.get("inserted", 0))
@@ -471,6 +470,7 @@ class LearnerLoop:
     wall = time.perf_counter() - self.ledger.start
     return self.ledger.summary(self.inserted, self.env_steps, {
         "mode": self.feed.mode,
+        "learner_devices": len(self.learner.devices),
         "chunks_ingested": self.chunks_ingested,
         "stage_seconds": self.stage_times(),
         "stage_fractions": {k: v / wall for k, v in self.stage_times().items()},

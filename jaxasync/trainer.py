@@ -32,6 +32,7 @@ from jaxasync.loop import ActorFeed, LearnerLoop, LockstepFeed
 from jaxasync.param_store import SharedParamStore, ThreadParamStore
 from jaxasync.recorder import NullRecorder, Recorder
 from jaxasync.replay import ReplayBuffer
+from jaxasync.sharding import check_batch_divides, learner_devices
 from jaxasync.sources.queue import QueueSource
 from jaxasync.sources.replay import RateLimiter, ReplaySource, UpdateCredit
 from jaxasync.transport import ChunkQueue
@@ -158,7 +159,7 @@ class Trainer:
     agent_factory = agent_factory or (lambda: agent)
     self.replay = None
     self.source = source if source is not None else self._make_source(replay)
-    self.learner = Learner(agent, config.seed)
+    self.learner = Learner(agent, config.seed, self._learner_devices(agent, config, ac))
     # What to continue from, read before actors are built (their seeds and schedules depend
     # on it); restored into the loop once it exists.
     checkpoint = resume_from(config.model_dir, self.learner.state, resume) if resume else None
@@ -196,6 +197,18 @@ class Trainer:
       note = f"; not restored: {'; '.join(missing)}" if missing else ""
       logger.warning(f"resuming from {path} (SGD step {meta['opt_steps']}, "
                      f"{resumed_env_steps} env steps){note}")
+
+  @staticmethod
+  def _learner_devices(agent: Agent, config: TrainerConfig, ac: AsyncConfig | None) -> list:
+    """``config.learner_devices``, checked against the batch they split (before any actor)."""
+    devices = learner_devices(config.learner_devices)
+    if agent.data.collector == "unrolls":  # a batch of unrolls is their sub-envs side by side
+      envs = config.num_envs if ac is None else ac.envs_per_actor
+      check_batch_divides(agent.batch_size * envs, len(devices),
+                          f"batch_size={agent.batch_size} unrolls x {envs} envs each")
+    else:
+      check_batch_divides(agent.batch_size, len(devices), f"batch_size={agent.batch_size}")
+    return devices
 
   def _make_source(self, replay):
     c, ac, agent = self.config, self.async_config, self.agent

@@ -100,6 +100,8 @@ class Row:
   """'held': final and last-5 mean both >= this; None: report only."""
   default: bool = True
   """in --rows' default selection."""
+  env: tuple[tuple[str, str], ...] = ()
+  """environment variables the run needs (set before its JAX starts)."""
 
 
 ROWS: dict[str, Row] = {
@@ -110,6 +112,10 @@ ROWS: dict[str, Row] = {
     "sac-pendulum": Row("experiments/sac.py", (), target=-200.0, hold=-170.0),
     "impala-cartpole": Row("experiments/impala.py", (), target=475.0, hold=450.0),
     "ppo-cartpole": Row("experiments/ppo.py", (), target=475.0, hold=450.0),
+    # The learner's update split over 2 devices (the CPU split in two): learns as dqn-cartpole.
+    "dqn-cartpole-2dev": Row("experiments/dqn.py", ("--learner-devices", "2"), target=475.0,
+                             hold=450.0, default=False,
+                             env=(("XLA_FLAGS", "--xla_force_host_platform_device_count=2"),)),
     # 10 minutes a run: only when asked for.
     "rainbow-minatar-breakout": Row("experiments/rainbow.py",
                                     ("--preset", "minatar", "--duration", "600"), default=False),
@@ -282,7 +288,7 @@ def execute(job: Job, timeout: float, git: dict) -> dict:
             "timed_out": False, "failed": True, "process_wall_s": None}
   # Unbuffered, so that stdout and stderr interleave in log.txt as they happened. A session of
   # its own: Ctrl-C here does not reach the run (we stop it), and killpg reaches its actors.
-  env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+  env = {**os.environ, "PYTHONUNBUFFERED": "1", **dict(ROWS[job.row].env)}
   start = time.perf_counter()
   with open(job.logdir / "log.txt", "w") as log:
     log.write(f"$ {shlex.join(job.command)}\n")

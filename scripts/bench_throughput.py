@@ -34,6 +34,13 @@ same window, from the trainers' stage timers ("other" = the rest: loop, records,
 In sync, "update" is the Learner's dispatch plus its wait on the previous call; the loop's copy of
 the params for acting, after every call, waits for the update, so part of it lands in "other".
 
+  (h) with --learner-devices 1 2 4: the Learner of (b) (DQN, replay-fed) with its update split
+      over that many devices (jaxasync.sharding), measured with the 'learner' variant, each
+      count interleaved with the others; SGD steps/s, samples/s (SGD steps/s x batch) and the
+      ratio to 1 device. The batch is global (each device takes batch / N): raise
+      --batch-size to give the devices work. Without an accelerator the script splits the CPU
+      into max(N) devices (XLA_FLAGS, set before JAX starts): that checks the path and its
+      overhead, not a speed-up (they share the same cores).
   (g) with --solve-seeds N > 0: time to reach an evaluation >= --solve-reward (eval every
       1000 opt steps) for sync and for the async variant with the best overlap efficiency,
       one run per seed 0..N-1; env steps and wall seconds.
@@ -43,6 +50,7 @@ Run (from the repository root):
   python scripts/bench_throughput.py --variants actor learner --repeats 1 --duration 4
   python scripts/bench_throughput.py --variants sync pinned --solve-seeds 0 --num-actors 2
   python scripts/bench_throughput.py --agent impala --variants actor process --solve-seeds 0
+  python scripts/bench_throughput.py --variants learner --learner-devices 1 2 4 --batch-size 1024
 
 With --agent impala (experiments/impala.py's agent and actors: unrolls through the queue,
 params published after every SGD step) the replay measurements (b) are skipped, and each
@@ -64,7 +72,26 @@ import threading
 import time
 from typing import Literal
 
-import jax
+
+def _split_the_cpu_for(argv: list[str]) -> None:
+  """(h) on a machine without an accelerator: XLA's CPU platform shows max(--learner-devices)
+  devices. XLA_FLAGS is read once, when JAX starts, so this runs before ``import jax``."""
+  if "--learner-devices" not in argv or "xla_force_host_platform_device_count" in os.environ.get(
+      "XLA_FLAGS", ""):
+    return
+  counts = []
+  for token in argv[argv.index("--learner-devices") + 1:]:
+    if not token.isdigit():
+      break
+    counts.append(int(token))
+  if counts:
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                               + f" --xla_force_host_platform_device_count={max(counts)}")
+
+
+_split_the_cpu_for(sys.argv)
+
+import jax  # noqa: E402 (after XLA_FLAGS)
 import numpy as np
 import tyro
 
@@ -100,6 +127,8 @@ class Args:
   updates_per_call: int = 4
   batch_size: int = 128
   hidden_sizes: tuple[int, ...] = (64, 64)
+  learner_devices: tuple[int, ...] = ()
+  """(h): learner device counts to measure the 'learner' variant on (DQN); empty: skip."""
   solve_seeds: int = 1
   """(g): runs per arrangement, seeds 0..N-1; 0 skips it."""
   solve_reward: float = 475.0
@@ -193,10 +222,13 @@ def filled_replay(agent, env: ja.EnvFactory, items: int, seed: int) -> ja.Replay
   return replay
 
 
-def measure_learner(args: Args, agent, replay: ja.ReplayBuffer) -> dict:
-  """jaxasync.Learner on a ReplaySource: sample from the replay + update call, one in flight."""
+def measure_learner(args: Args, agent, replay: ja.ReplayBuffer, num_devices: int | None = None
+                    ) -> dict:
+  """jaxasync.Learner on a ReplaySource: sample from the replay + update call, one in flight;
+  on ``num_devices`` learner devices (None: the default one, numpy straight into the call)."""
   source = ja.ReplaySource(replay, args.batch_size, args.updates_per_call)
-  learner = ja.Learner(agent, args.seed)
+  devices = None if num_devices is None else ja.learner_devices(num_devices)
+  learner = ja.Learner(agent, args.seed, devices)
 
   def run(seconds: float) -> int:
     calls, end = 0, time.perf_counter() + seconds
@@ -424,6 +456,10 @@ def main(args: Args) -> dict:
         runs.setdefault("learner", []).append(measure_learner(args, agent, replay))
         runs.setdefault("pure", []).append(measure_pure(args, agent, replay))
         shown = f"learner {runs['learner'][-1]['opt_steps_per_sec']:,.0f} pure {runs['pure'][-1]['opt_steps_per_sec']:,.0f} opt-steps/s"
+        for n in args.learner_devices:
+          fig = measure_learner(args, agent, replay, num_devices=n)
+          runs.setdefault(f"learner_{n}dev", []).append(fig)
+          shown += f" | {n} device(s) {fig['opt_steps_per_sec']:,.0f}"
       else:
         fig = (measure_sync(args, agent_factory, env) if variant == "sync"
                else measure_async(args, agent_factory, env, variant))
@@ -479,6 +515,15 @@ def main(args: Args) -> dict:
     print(f"{name:10s} {fmt(m.get('env_steps_per_sec')):>12s} {fmt(m.get('opt_steps_per_sec')):>12s} "
           f"{'' if ratio is None else f'{ratio:.2f}':>7s} "
           f"{'' if name not in overlap else f'{overlap[name]:.2f}':>8s}  {stages}")
+  if args.learner_devices and "learner" in med:
+    base = rate(f"learner_{min(args.learner_devices)}dev", "opt_steps_per_sec")
+    print(f"\n(h) the Learner on N devices ({jax.default_backend()}; global batch "
+          f"{args.batch_size}, {args.updates_per_call} updates/call)")
+    print(f"{'devices':>8s} {'opt-steps/s':>12s} {'samples/s':>12s} {'ratio':>7s}")
+    for n in args.learner_devices:
+      ops = rate(f"learner_{n}dev", "opt_steps_per_sec")
+      ratios[f"learner_{n}dev_over_{min(args.learner_devices)}dev"] = ops / base
+      print(f"{n:8d} {ops:12,.0f} {ops * args.batch_size:12,.0f} {ops / base:7.2f}")
   for variant, rs in solves.items():
     for res in rs:
       print(f"solve {variant:8s} seed {res['seed']}: "

@@ -120,6 +120,12 @@ def categorical_entropy(logits: jnp.ndarray) -> jnp.ndarray:
   return -jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1)
 
 
+def batch_major(x: jnp.ndarray) -> jnp.ndarray:
+  """Time-major ``[T, N, ...]`` flattened to ``[N * T, ...]`` with ``N`` outermost (item ``n``'s
+  ``T`` steps contiguous), so that a learner sharding ``N`` over devices keeps the shards."""
+  return jnp.swapaxes(x, 0, 1).reshape((-1,) + x.shape[2:])
+
+
 def masked_mean(x: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
   """Mean of ``x`` over the entries where ``mask`` is True (0 when there is none)."""
   mask = mask.astype(x.dtype)
@@ -171,10 +177,15 @@ class DiscreteActorCritic(Agent):
 
   def apply_unroll(self, params: PyTree, obs: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
     """The network over time-major ``obs`` ``[T + 1, N, *obs_shape]``: logits
-    ``[T + 1, N, A]`` and values ``[T + 1, N]`` (one call over the flattened leading axes)."""
-    lead = obs.shape[:2]
-    logits, values = self.network.apply(params, obs.reshape((-1,) + obs.shape[2:]))
-    return logits.reshape(lead + logits.shape[1:]), values.reshape(lead)
+    ``[T + 1, N, A]`` and values ``[T + 1, N]`` (one call over the flattened leading axes).
+
+    The leading axes are flattened batch-major (``[N * (T + 1)]``): a multi-device learner
+    shards ``N``, and a reshape that keeps the sharded axis outermost keeps each device's
+    items on it; flattening time-major would gather the whole batch onto every device."""
+    flat_obs = batch_major(obs)
+    logits, values = self.network.apply(params, flat_obs)
+    unflat = lambda x: jnp.swapaxes(x.reshape(obs.shape[1::-1] + x.shape[1:]), 0, 1)
+    return unflat(logits), unflat(values)
 
   @staticmethod
   def policy_params(state) -> PyTree:

@@ -26,10 +26,11 @@ import optax
 import rlax
 
 from jaxasync.agents.actor_critic import (ActorCriticConfig, ActorCriticState,
-                                          DiscreteActorCritic, action_log_prob,
+                                          DiscreteActorCritic, action_log_prob, batch_major,
                                           adam_with_clipping, categorical_entropy, masked_mean,
                                           unroll_pairs)
 from jaxasync.collectors.unrolls import Unroll
+from jaxasync.sharding import constrain_to_batch_shards
 from jaxasync.envs import ConfigError
 
 PyTree = Any
@@ -169,7 +170,7 @@ class PPO(DiscreteActorCritic):
     _, values = self.apply_unroll(params, unroll.obs)
     values = jax.lax.stop_gradient(values)
     advantage = gae_advantages(pairs, values, self.config.gae_lambda)
-    flat = lambda x: x.reshape((-1,) + x.shape[2:])
+    flat = batch_major
     return PPOBatch(obs=flat(unroll.obs[:-1]), action=flat(pairs.action),
                     behaviour_log_prob=flat(action_log_prob(pairs.behaviour_logits,
                                                             pairs.action)),
@@ -202,6 +203,8 @@ class PPO(DiscreteActorCritic):
       perm = jax.random.permutation(epoch_key, n)
       minibatches = jax.tree.map(
           lambda x: x[perm].reshape((c.num_minibatches, size) + x.shape[1:]), data)
+      # (The shuffle mixes items across a multi-device learner's shards: split them again.)
+      minibatches = constrain_to_batch_shards(minibatches, axis=1)
       return jax.lax.scan(self._minibatch_step, carry, minibatches)
 
     (params, opt_state), metrics = jax.lax.scan(
