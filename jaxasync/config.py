@@ -114,8 +114,9 @@ class AsyncConfig:
   """How actors and learner run side by side.
 
   Attributes:
-    num_actors: actor threads or processes.
-    actor_mode: 'process' (spawned; no GIL shared with the learner) or 'thread'.
+    num_actors: actor threads, processes or Ray actors.
+    actor_mode: 'process' (spawned; no GIL shared with the learner), 'thread', or 'ray' (Ray
+      actors anywhere in a Ray cluster; see jaxasync.ray_actors; pip install 'jaxasync[ray]').
     envs_per_actor: sub-envs of each actor's vector env.
     chunk_steps: vector steps per chunk an actor pushes (one transition per sub-env each).
     queue_size: chunks the actor->learner queue holds (bounded). Keep it small: chunks wait
@@ -138,10 +139,15 @@ class AsyncConfig:
     inference_delay: seconds a server waits for more requests after the first.
     inference_device: where the inference servers run: 'default' (the accelerator when there
       is one) or 'cpu'.
+    ray_address: Ray actors: the cluster to join, 'auto' (the one this machine's ``ray
+      start`` joined) or 'host:port'; None: a local Ray instance (unless this process
+      already called ``ray.init``).
+    ray_chunks_in_flight: Ray actors: ``collect`` calls outstanding per actor, each one chunk
+      (the learner asks for the next when it takes one: the bound on chunks in transit).
   """
 
   num_actors: int = 1
-  actor_mode: Literal["thread", "process"] = "process"
+  actor_mode: Literal["thread", "process", "ray"] = "process"
   envs_per_actor: int = 8
   chunk_steps: int = 8
   # When the samples-per-insert limiter holds actors back, the queue stays full and every
@@ -160,10 +166,24 @@ class AsyncConfig:
   inference_batchsize: int = 4
   inference_delay: float = 0.002
   inference_device: Literal["default", "cpu"] = "default"
+  ray_address: str | None = None
+  ray_chunks_in_flight: int = 2
 
   def validate(self) -> None:
-    if self.actor_mode not in ("thread", "process"):
-      raise ConfigError(f"actor_mode must be 'thread' or 'process', got {self.actor_mode!r}.")
+    if self.actor_mode not in ("thread", "process", "ray"):
+      raise ConfigError(f"actor_mode must be 'thread', 'process' or 'ray', got "
+                        f"{self.actor_mode!r}.")
+    if self.actor_mode == "ray":
+      if self.inference_servers:
+        raise ConfigError("Ray actors act with their own params copy: central inference "
+                          "(inference_servers) serves thread and process actors; set "
+                          "--async.inference-servers 0 or another actor mode.")
+      if self.drop_when_full or self.pin_cpus or self.serialize_env_init:
+        raise ConfigError("drop_when_full, pin_cpus and serialize_env_init apply to thread and "
+                          "process actors; Ray actors are pulled (nothing to drop) and placed by "
+                          "Ray. Unset them for actor_mode='ray'.")
+      if self.ray_chunks_in_flight < 1:
+        raise ConfigError(f"ray_chunks_in_flight must be >= 1, got {self.ray_chunks_in_flight}.")
     if min(self.num_actors, self.envs_per_actor, self.chunk_steps, self.queue_size,
            self.sync_interval) < 1:
       raise ConfigError("num_actors, envs_per_actor, chunk_steps, queue_size and sync_interval "

@@ -115,7 +115,8 @@ class ActorFeed:
   """The asynchronous run's data: supervised actors pushing chunks through a bounded queue.
 
   Args:
-    manager: starts, supervises and stops the actors.
+    manager: starts, supervises and stops the actors (``ActorManager``; or
+      ``RayActorManager``, which is also the transport: Ray actors' chunks are pulled).
     transport: the queue they push into.
     inference: the SEED inference server, or ``None``.
     pin_cpu: pin the learner's process to this core while the run lasts.

@@ -152,8 +152,8 @@ class Trainer:
     ac = async_config
     if ac is not None:
       ac.validate()
-      if ac.actor_mode == "process" and agent_factory is None:
-        raise ConfigError("process actors build their own agent: pass agent_factory (a "
+      if ac.actor_mode in ("process", "ray") and agent_factory is None:
+        raise ConfigError(f"{ac.actor_mode} actors build their own agent: pass agent_factory (a "
                           "picklable callable, e.g. functools.partial(MyAgent, config, obs_space, "
                           "action_space)).")
     agent_factory = agent_factory or (lambda: agent)
@@ -254,6 +254,9 @@ class Trainer:
                        chunk_steps: int, resumes: int = 0, resumed_env_steps: int = 0
                        ) -> ActorFeed:
     c, ac = self.config, self.async_config
+    if ac.actor_mode == "ray":
+      return self._make_ray_feed(agent_factory, env_factory, collector, chunk_steps, resumes,
+                                 resumed_env_steps)
     process = ac.actor_mode == "process"
     transport = ChunkQueue(ac.queue_size, ac.drop_when_full, process=process)
     self.param_store = (SharedParamStore(self.learner.model_info().params) if process
@@ -275,6 +278,21 @@ class Trainer:
     for i in range(ac.num_actors):  # exploration schedules continue where the run was
       manager.shared.env_steps[i] = resumed_env_steps // ac.num_actors
     return ActorFeed(manager, transport, inference, pin_cpu=0 if ac.pin_cpus else None)
+
+  def _make_ray_feed(self, agent_factory, env_factory, collector, chunk_steps: int,
+                     resumes: int, resumed_env_steps: int) -> ActorFeed:
+    from jaxasync.ray_actors import RayActorManager, RayParamStore
+    c, ac = self.config, self.async_config
+    seed = c.seed if not resumes else actor_seed(c.seed, 0, 1_000 * resumes)
+    configs = [ActorConfig(num_envs=ac.envs_per_actor, chunk_steps=chunk_steps,
+                           collector=collector, seed=seed, num_actors=ac.num_actors)
+               for _ in range(ac.num_actors)]
+    self.param_store = RayParamStore()
+    manager = RayActorManager(agent_factory, env_factory, configs, self.param_store,
+                              ac.max_restarts, ac.ray_address, ac.ray_chunks_in_flight)
+    for i in range(ac.num_actors):
+      manager.shared.env_steps[i] = resumed_env_steps // ac.num_actors
+    return ActorFeed(manager, manager)  # (the manager is the transport: chunks are pulled)
 
   # --- what callers look at --------------------------------------------------------------
   @property

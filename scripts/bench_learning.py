@@ -13,6 +13,8 @@ Rows (ROWS below; add one per algorithm and env):
   sac-pendulum               experiments/sac.py (Pendulum-v1, 20k env steps)       target -200, hold -170
   impala-cartpole            experiments/impala.py (300k env steps)                target 475, hold 450
   ppo-cartpole               experiments/ppo.py (150k env steps)                   target 475, hold 450
+  dqn-cartpole-2dev          experiments/dqn.py --learner-devices 2, XLA_FLAGS splitting the CPU
+                             in 2 devices; target 475, hold 450; only when named in --rows.
   rainbow-minatar-breakout   experiments/rainbow.py --preset minatar --duration 600  report only;
                              not run unless named in --rows (10 min a run).
 Modes: sync (--mode sync), thread (--mode async --async.actor-mode thread), process (--mode async

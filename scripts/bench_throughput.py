@@ -20,6 +20,11 @@ Variants (--variants picks a subset):
   thread   (d) `jaxasync.AsyncTrainer` with thread actors.
   process  (e) `jaxasync.AsyncTrainer` with process actors (spawn).
   pinned   (e') the same with pin_cpus=True (learner on core 0, actors on the others).
+  ray      (f) the same with Ray actors (a local Ray instance, started once: not timed). Also
+           "ray_actor": one Ray actor alone, its chunks pulled as fast as they come (the
+           RayActorManager's own get loop), against (a): per-chunk overhead = 1 / its chunks/s
+           - 1 / (a)'s chunks/s. Not in the default --variants (it needs Ray:
+           pip install 'jaxasync[ray]').
 For (c)-(e') the trainers are built as `train_async` builds them, with a recorder that
 timestamps every record (one per 100 opt steps) and snapshots the counters and stage timers.
 The first record comes after the first update call, i.e. once actors have delivered the
@@ -101,9 +106,9 @@ from jaxasync.trainer import collector_factory
 from jaxasync.param_store import to_cpu
 from jaxasync.types import transition_example
 
-Variant = Literal["actor", "learner", "sync", "thread", "process", "pinned"]
+Variant = Literal["actor", "learner", "sync", "thread", "process", "pinned", "ray"]
 ASYNC_VARIANTS = {"thread": ("thread", False), "process": ("process", False),
-                  "pinned": ("process", True)}
+                  "pinned": ("process", True), "ray": ("ray", False)}
 RECORD_INTERVAL = 100  # opt steps between the trainers' records (our timestamps)
 
 
@@ -203,6 +208,44 @@ def measure_bare(args: Args, agent, env: ja.EnvFactory) -> dict:
   t1 = time.perf_counter()
   venv.close()
   return {"env_steps_per_sec": steps / (t1 - t0), "window_s": t1 - t0}
+
+
+def measure_ray_actor(args: Args, agent_factory, env: ja.EnvFactory) -> dict:
+  """One Ray actor alone: chunks pulled through ``RayActorManager.get`` as fast as they come
+  (its calls in flight keep it busy), params published once."""
+  from jaxasync.ray_actors import RayActorManager, RayParamStore
+  agent = agent_factory()
+  unrolls = agent.data.collector == "unrolls"
+  config = ja.ActorConfig(num_envs=args.envs_per_actor,
+                          chunk_steps=agent.data.unroll_length if unrolls else ja.AsyncConfig().chunk_steps,
+                          collector=collector_factory(agent, trainer_config(args), None),
+                          seed=args.seed)
+  store = RayParamStore()
+  store.publish(ja.ModelInfo(0, jax.device_get(agent.init(jax.random.PRNGKey(args.seed)).params)))
+  manager = RayActorManager(agent_factory, env, [config], store,
+                            in_flight=ja.AsyncConfig().ray_chunks_in_flight)
+  manager.start()
+
+  def run(seconds: float) -> tuple[int, int]:
+    steps, chunks, end = 0, 0, time.perf_counter() + seconds
+    while time.perf_counter() < end:
+      chunk = manager.get(0.1)
+      if chunk is not None:
+        steps, chunks = steps + chunk.env_steps, chunks + 1
+    manager.check()
+    return steps, chunks
+
+  try:
+    while manager.get(1.0) is None:  # the actor process starts and compiles its policy
+      manager.check()
+    run(args.warmup)
+    t0 = time.perf_counter()
+    steps, chunks = run(args.duration)
+    t1 = time.perf_counter()
+  finally:
+    manager.stop_and_join()
+  return {"env_steps_per_sec": steps / (t1 - t0), "chunks_per_sec": chunks / (t1 - t0),
+          "env_steps_per_chunk": steps / max(1, chunks), "window_s": t1 - t0}
 
 
 # --- (b) learner alone ----------------------------------------------------------------------------
@@ -465,6 +508,9 @@ def main(args: Args) -> dict:
                else measure_async(args, agent_factory, env, variant))
         runs.setdefault(variant, []).append(fig)
         shown = f"{fig['env_steps_per_sec']:,.0f} env-steps/s {fig['opt_steps_per_sec']:,.0f} opt-steps/s"
+        if variant == "ray":
+          runs.setdefault("ray_actor", []).append(measure_ray_actor(args, agent_factory, env))
+          shown += f" | ray_actor alone {runs['ray_actor'][-1]['env_steps_per_sec']:,.0f} env-steps/s"
       print(f"  repeat {r + 1}/{args.repeats} {variant:8s} {shown}  ({time.perf_counter() - t0:.1f} s)",
             flush=True)
 
@@ -515,6 +561,20 @@ def main(args: Args) -> dict:
     print(f"{name:10s} {fmt(m.get('env_steps_per_sec')):>12s} {fmt(m.get('opt_steps_per_sec')):>12s} "
           f"{'' if ratio is None else f'{ratio:.2f}':>7s} "
           f"{'' if name not in overlap else f'{overlap[name]:.2f}':>8s}  {stages}")
+  if "ray_actor" in med:
+    ray_alone = med["ray_actor"]
+    ratios["ray_actor_over_actor"] = ray_alone["env_steps_per_sec"] / actor_alone if actor_alone else None
+    if "process" in med and "ray" in med:
+      ratios["ray_over_process"] = med["ray"]["env_steps_per_sec"] / med["process"]["env_steps_per_sec"]
+    per_chunk = ray_alone["env_steps_per_chunk"]
+    overhead = (1 / ray_alone["chunks_per_sec"] - per_chunk / actor_alone) if actor_alone else None
+    ratios["ray_chunk_overhead_ms"] = None if overhead is None else 1e3 * overhead
+    print(f"\nray_actor alone: {ray_alone['env_steps_per_sec']:,.0f} env-steps/s, "
+          f"{ray_alone['chunks_per_sec']:,.0f} chunks/s of {per_chunk:.0f} env steps"
+          + (f"; over the actor alone {ratios['ray_actor_over_actor']:.2f}, per-chunk overhead "
+             f"{ratios['ray_chunk_overhead_ms']:.2f} ms" if actor_alone else "")
+          + (f"; ray / process trainer env-steps/s {ratios['ray_over_process']:.2f}"
+             if "ray_over_process" in ratios else ""))
   if args.learner_devices and "learner" in med:
     base = rate(f"learner_{min(args.learner_devices)}dev", "opt_steps_per_sec")
     print(f"\n(h) the Learner on N devices ({jax.default_backend()}; global batch "

@@ -1,0 +1,137 @@
+"""Ray actors (``AsyncConfig(actor_mode="ray")``): a local Ray instance through the experiment
+script, and a simulated cluster on this machine (a head without CPUs and two worker nodes)
+that loses a worker node mid-run."""
+
+from __future__ import annotations
+
+import functools
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import ray
+from ray.cluster_utils import Cluster
+
+import faulty_envs
+import jaxasync as ja
+from faulty_envs import RaisingEnvFactory
+
+REPO = Path(__file__).resolve().parents[1]
+CARTPOLE = ja.EnvFactory("CartPole-v1")
+
+
+def _ray_processes() -> set[int]:
+  out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+  return {int(line.split()[0]) for line in out.splitlines()[1:]
+          if "raylet" in line or "gcs_server" in line}
+
+
+@pytest.mark.slow
+def test_experiment_with_ray_actors_on_a_local_instance(tmp_path):
+  """``experiments/dqn.py --async.actor-mode ray`` starts a local Ray instance (token
+  authentication on, as Ray sets it), trains, and leaves no Ray process behind."""
+  before = _ray_processes()
+  logdir = tmp_path / "run"
+  out = subprocess.run([sys.executable, "experiments/dqn.py", "--async.actor-mode", "ray",
+                        "--async.num-actors", "2", "--max-opts", "3000", "--eval-interval", "0",
+                        "--no-progress", "--logdir", str(logdir)],
+                       cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+  summary = json.loads((logdir / "summary.json").read_text())
+  assert summary["mode"] == "async-ray" and summary["opt_steps"] == 3000
+  assert [a["env_steps"] > 0 for a in summary["actors"]] == [True, True]
+  assert summary["actor_restarts"] == 0 and summary["dropped_chunks"] == 0
+  deadline = time.monotonic() + 20
+  while _ray_processes() - before and time.monotonic() < deadline:
+    time.sleep(0.5)
+  assert not _ray_processes() - before
+
+
+@pytest.fixture(scope="module")
+def cluster():
+  """A head node without CPUs (actors never land on it) and two worker nodes of 2 CPUs."""
+  cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+  workers = [cluster.add_node(num_cpus=2) for _ in range(2)]
+  ray.init(address=cluster.address)
+  cluster.wait_for_nodes()
+  # The test's env modules are not installed on the "nodes": ship them by value, as a user
+  # would with runtime_env py_modules.
+  ray.cloudpickle.register_pickle_by_value(faulty_envs)
+  yield cluster, workers
+  ray.shutdown()
+  cluster.shutdown()
+
+
+def _trainer(env, config, hooks=(), **async_kw) -> ja.Trainer:
+  obs_space, action_space = ja.envs.spaces_of(CARTPOLE)
+  factory = functools.partial(ja.DQN, ja.DQNConfig(), obs_space, action_space)
+  ac = ja.AsyncConfig(actor_mode="ray", envs_per_actor=4, samples_per_insert=64.0,
+                      sync_interval=10, **async_kw)
+  return ja.Trainer(factory(), env, config, async_config=ac, agent_factory=factory,
+                    eval_env_factory=CARTPOLE, hooks=hooks)
+
+
+@pytest.mark.slow
+def test_ray_actors_learn_cartpole_while_a_worker_node_is_removed(cluster):
+  """Two Ray actors, spread over the two worker nodes; at SGD step 2000 the node of actor 0
+  is removed. Training goes on, the actor comes back on the other node (one restart,
+  counted), no chunk arrives twice or out of order, and the run solves CartPole."""
+  cluster, workers = cluster
+  events: dict = {}
+
+  def remove_a_node(loop):
+    if "removed" in events:
+      return
+    nodes = loop.feed.manager.node_ids()
+    events["nodes_before"] = nodes
+    victim = next(w for w in workers if w.node_id == nodes[0])
+    cluster.remove_node(victim)
+    events["removed"] = victim.node_id
+
+  def where_after(loop):
+    if "removed" in events and "nodes_after" not in events:
+      events["nodes_after"] = loop.feed.manager.node_ids()
+
+  config = ja.TrainerConfig(max_opts=50_000, target_eval_reward=475, progress=False, seed=0)
+  trainer = _trainer(CARTPOLE, config, num_actors=2,
+                     hooks=[ja.Hook(2000, remove_a_node), ja.Hook(4000, where_after)])
+  summary = trainer.train()
+  assert len(set(events["nodes_before"])) == 2  # SPREAD: one actor per worker node
+  survivor = next(w.node_id for w in workers if w.node_id != events["removed"])
+  assert events["nodes_after"] == [survivor, survivor]
+  assert summary["actor_restarts"] == 1
+  assert [s.restarts for s in trainer.actor_stats] == [1, 0]
+  assert trainer.loop.order_errors == 0  # a chunk delivered twice would repeat its seq
+  assert trainer.loop.env_steps == sum(s.env_steps for s in trainer.actor_stats)
+  assert summary["best_eval_reward"] >= 475, [round(e["eval_reward"]) for e in summary["evals"]]
+
+
+@pytest.mark.slow
+def test_a_failing_env_restarts_the_ray_actor_then_fails_the_run(cluster):
+  before = {t.ident for t in threading.enumerate()}
+  config = ja.TrainerConfig(max_opts=100_000, warmup_period=200, eval_interval=0,
+                            progress=False, duration=120)
+  trainer = _trainer(RaisingEnvFactory(steps=5), config, num_actors=1, max_restarts=2)
+  with pytest.raises(ja.ActorFailed, match="env exploded on purpose"):
+    trainer.train()
+  assert trainer.feed.manager.restarts == [2]
+  assert trainer.feed.manager.handles == []  # killed
+  assert {t.ident for t in threading.enumerate()} <= before | {None}
+
+
+def test_missing_ray_is_a_config_error_naming_the_extra(monkeypatch):
+  monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+  config = ja.TrainerConfig(max_opts=10, progress=False)
+  with pytest.raises(ja.ConfigError, match=r"pip install 'jaxasync\[ray\]'"):
+    _trainer(CARTPOLE, config)
+
+
+@pytest.mark.parametrize("settings", [dict(inference_servers=1), dict(pin_cpus=True),
+                                      dict(ray_chunks_in_flight=0)])
+def test_settings_that_do_not_apply_to_ray_actors_are_refused(settings):
+  with pytest.raises(ja.ConfigError, match="ray|Ray"):
+    ja.AsyncConfig(actor_mode="ray", **settings).validate()
