@@ -142,8 +142,8 @@ class AsyncConfig:
     ray_address: Ray actors: the cluster to join, 'auto' (the one this machine's ``ray
       start`` joined) or 'host:port'; None: a local Ray instance (unless this process
       already called ``ray.init``).
-    ray_chunks_in_flight: Ray actors: ``collect`` calls outstanding per actor, each one chunk
-      (the learner asks for the next when it takes one: the bound on chunks in transit).
+    ray_chunks_ahead: Ray actors: chunks an actor collects ahead of the learner before it
+      blocks (back-pressure; one call to it brings back all it holds).
   """
 
   num_actors: int = 1
@@ -167,7 +167,7 @@ class AsyncConfig:
   inference_delay: float = 0.002
   inference_device: Literal["default", "cpu"] = "default"
   ray_address: str | None = None
-  ray_chunks_in_flight: int = 2
+  ray_chunks_ahead: int = 16
 
   def validate(self) -> None:
     if self.actor_mode not in ("thread", "process", "ray"):
@@ -182,8 +182,8 @@ class AsyncConfig:
         raise ConfigError("drop_when_full, pin_cpus and serialize_env_init apply to thread and "
                           "process actors; Ray actors are pulled (nothing to drop) and placed by "
                           "Ray. Unset them for actor_mode='ray'.")
-      if self.ray_chunks_in_flight < 1:
-        raise ConfigError(f"ray_chunks_in_flight must be >= 1, got {self.ray_chunks_in_flight}.")
+      if self.ray_chunks_ahead < 1:
+        raise ConfigError(f"ray_chunks_ahead must be >= 1, got {self.ray_chunks_ahead}.")
     if min(self.num_actors, self.envs_per_actor, self.chunk_steps, self.queue_size,
            self.sync_interval) < 1:
       raise ConfigError("num_actors, envs_per_actor, chunk_steps, queue_size and sync_interval "

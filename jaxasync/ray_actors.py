@@ -1,47 +1,52 @@
-"""Actors on a Ray cluster: jaxasync's ``Actor`` in Ray actor processes, pulled by the learner.
+"""Actors on a Ray cluster: jaxasync's actors in Ray actor processes, pulled by the learner.
 
 ``AsyncConfig(actor_mode="ray")`` runs each actor as a Ray actor anywhere in a cluster (or in a
-local Ray instance). The pieces are the ones thread and process actors use: the same ``Actor``
-(agent, vector env, collector) steps the env, and its chunks enter the same data source through
-the same ``ActorFeed``. What Ray changes is only how chunks and params travel:
+local Ray instance). The pieces are the ones thread and process actors use: inside each Ray
+actor, ``run_actor`` (the same ``Actor``: agent, vector env, collector) steps the env in a
+thread, and its chunks enter the same data source through the same ``ActorFeed``. What Ray
+changes is only how chunks and params travel:
 
-* **Chunks are pulled.** The learner keeps at most ``ray_chunks_in_flight`` ``collect`` calls
-  outstanding per actor (each returns one ``Chunk``), and asks for the next only when it takes
-  one. When the data source holds actors back (the replay ratio), the learner stops taking, the
-  calls run out and the actors idle: back-pressure, with at most that many chunks per actor
-  waiting in Ray's object store. A Ray actor runs its calls one after the other, so while the
-  learner reads one chunk the actor is already collecting the next.
+* **Chunks are pulled.** Each Ray actor collects into a bounded queue of ``chunks_ahead``
+  chunks (``AsyncConfig.ray_chunks_ahead``) and blocks when it is full. A receiver thread in
+  the learner's process keeps one ``collect`` call outstanding per actor; a call returns every
+  chunk collected so far (waiting for one), the thread puts them into the bounded
+  ``ChunkQueue`` the learner reads (as thread actors do) and calls again at once, so the actor
+  keeps stepping while chunks travel and a call's cost is shared by its chunks. When the data
+  source holds actors back (the replay ratio), the learner stops taking chunks, the
+  ``ChunkQueue`` fills, the receiver blocks, the actors' queues fill and they block:
+  back-pressure, with at most ``2 * chunks_ahead`` chunks per actor in transit.
 * **Params go out once per publish**: one ``ray.put`` of the host copy (``RayParamStore``), whose
-  reference rides along every ``collect`` call. Ray moves the object to each node once, and
-  actors on one node read the same shared-memory copy; an actor adopts it when its version is
-  newer than what it has, as thread and process actors do.
-* **Faults.** A call that raises (the env failed) or an actor process or node that dies counts
-  one restart of that actor (once, however many of its calls were in flight). Ray restarts a
-  dead actor process (``max_restarts``), on another node if its node is gone; the next call
-  rebuilds the actor's env with a fresh seed (``actor_seed(seed, i, restarts)``) and its
-  exploration schedule at the env steps it had delivered. Calls are never retried, so a chunk
-  is learnt from once or, if its actor died making it, not at all. Past ``max_restarts`` the
-  run ends with ``ActorFailed`` and the actor's last traceback.
+  reference rides along an actor's next ``collect`` call when it is newer than what that actor
+  was sent. Ray moves the object to each node once, and actors on one node read the same
+  shared-memory copy.
+* **Faults.** An actor whose env raised, whose process died or whose node was lost is replaced
+  by a new Ray actor (wherever Ray finds a CPU) built with its restart count, so a fresh seed
+  (``actor_seed(seed, i, restarts)``), and the env steps it had delivered, so its exploration
+  schedule continues; it counts one restart. Calls are never retried, so a chunk is learnt
+  from once or, if its actor died before the call returned, not at all. Past ``max_restarts``
+  the run ends with ``ActorFailed`` and the actor's last traceback.
 
 Ray is optional (``pip install 'jaxasync[ray]'``); it is imported when a Ray run starts.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import os
+import queue
+import sys
+import threading
 import time
 import warnings
 from typing import Any, Callable
 
 import numpy as np
 
-from jaxasync.actor import Actor, ActorConfig, ActorShared, actor_seed
+from jaxasync.actor import ActorConfig, ActorShared, run_actor
 from jaxasync.actor_manager import ActorFailed, ActorStats
 from jaxasync.envs import ConfigError
 from jaxasync.param_store import ThreadParamStore
-from jaxasync.transport import Chunk
+from jaxasync.transport import Chunk, ChunkQueue
 from jaxasync.types import ModelInfo
 
 # Ray actors act on the CPU with one XLA thread each, as process actors do (their small policy
@@ -72,13 +77,17 @@ def connect(address: str | None, num_actors: int) -> None:
     # subprocess (fork then exec at once), which that warning is not about.
     warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
     if address is None:
+      # Ray runs its workers at nice 15; beside the learner on one machine that starves the
+      # actors (measured: a quarter of process actors' env steps/s). Actors are the work here.
+      os.environ.setdefault("RAY_worker_niceness", "0")
       ray.init(address="local", num_cpus=max(os.cpu_count() or 1, num_actors),
                include_dashboard=False)
     else:
       ray.init(address=address)
 
 
-RETRY_DELAY_S = 0.2  # between calls to an actor that Ray is restarting
+RETRY_DELAY_S = 0.2  # between calls to an unreachable actor
+SWITCH_INTERVAL_S = 0.0002  # in a Ray actor's process (see RayActorWorker)
 
 
 class RayParamStore:
@@ -101,99 +110,109 @@ class RayParamStore:
     return self._info
 
   def ref(self):
-    """``(version, object ref of the params)`` of the latest publication."""
-    if self._info is not None and self._ref_version != self._info.version:
-      self._ref, self._ref_version = import_ray().put(self._info.params), self._info.version
+    """``(version, object ref of the params)`` of the latest publication (called by the
+    manager's receiver thread while the learner's publishes: ``_info`` is read once)."""
+    info = self._info
+    if info is not None and self._ref_version != info.version:
+      self._ref, self._ref_version = import_ray().put(info.params), info.version
     return self._ref_version, self._ref
 
 
 class RayActorWorker:
-  """The body of one Ray actor: builds and steps a jaxasync ``Actor``, one chunk per call.
+  """The body of one Ray actor: a thread actor (``run_actor``, the code thread and process
+  actors run) stepping in the background into a bounded ``ChunkQueue``, drained by ``collect``.
+
+  The actor keeps stepping while a call's chunks travel to the learner, and blocks once
+  ``max_chunks`` chunks wait untaken: back-pressure without a call per chunk.
 
   Args:
     actor_id: index of the actor.
     agent_factory, env_factory: as for process actors (picklable; called here).
-    config: the actor's ``ActorConfig``.
+    config: the actor's ``ActorConfig`` (its ``restart`` seeds it).
+    env_steps: env steps it delivered before a restart (its exploration schedule continues).
+    max_chunks: chunks collected ahead at most.
   """
 
   def __init__(self, actor_id: int, agent_factory: Callable[[], Any], env_factory: Callable,
-               config: ActorConfig):
-    self.actor_id, self.config = actor_id, config
-    self.agent_factory, self.env_factory = agent_factory, env_factory
+               config: ActorConfig, env_steps: int, max_chunks: int):
+    # The actor thread holds the GIL while it steps the env in Python; a call waiting for it
+    # would wait out Python's 5 ms switch interval each time.
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     self.store = ThreadParamStore()
-    self.actor: Actor | None = None
+    self.chunks = ChunkQueue(max_chunks)
+    self.stop, self.errors = threading.Event(), queue.Queue()
+    shared = ActorShared(np.zeros(actor_id + 1, np.int64), np.full(actor_id + 1, -1, np.int64))
+    shared.env_steps[actor_id] = env_steps
+    self.thread = threading.Thread(
+        target=run_actor, args=(actor_id, agent_factory, env_factory, config, self.chunks,
+                                self.store, self.stop, self.errors, shared),
+        name=f"jaxasync-ray-actor-{actor_id}", daemon=True)
+    self.thread.start()  # (it waits for the first params)
+    self.max_chunks = max_chunks
 
-  def collect(self, version: int, params: Any, env_steps: int) -> Chunk:
-    """Adopts ``params`` if newer, steps until one chunk is full and returns it.
+  def collect(self, version: int, params: Any) -> list[Chunk]:
+    """Adopts ``params`` (``None``: nothing newer than it was sent) and returns the chunks
+    collected so far, waiting for one if there is none (1 to ``max_chunks``, in order).
 
-    ``env_steps``: the env steps this actor delivered before (over its restarts), where its
-    exploration schedule continues; read by the first call, which builds the env.
+    Raises ``RuntimeError`` with the actor's traceback if it failed (its env raised).
     """
-    try:
-      if self.actor is None:
-        self._build(env_steps)
+    if params is not None:
       self.store.publish(ModelInfo(version, params))
-      chunk = None
-      while chunk is None:
-        chunk = self.actor.step()
-      return chunk
-    except BaseException:
-      self.close()  # (the manager replaces this actor)
-      raise
-
-  def _build(self, env_steps: int) -> None:
-    i, config = self.actor_id, self.config
-    seed = actor_seed(config.seed, i, config.restart)
-    agent = self.agent_factory()
-    env = self.env_factory(config.num_envs, seed=seed)
-    shared = ActorShared(np.zeros(i + 1, np.int64), np.full(i + 1, -1, np.int64))
-    shared.env_steps[i] = env_steps
-    self.actor = Actor(i, agent, env, config, self.store, shared, seed)
+    while True:
+      if not self.errors.empty():
+        raise RuntimeError(self.errors.get()[1])
+      chunk = self.chunks.get(0.05)
+      if chunk is not None:
+        break
+    chunks = [chunk]
+    while len(chunks) < self.max_chunks and (chunk := self.chunks.get(0)) is not None:
+      chunks.append(chunk)
+    return chunks
 
   def node_id(self) -> str:
     return import_ray().get_runtime_context().get_node_id()
 
-  def close(self) -> None:
-    if self.actor is not None:
-      actor, self.actor = self.actor, None
-      actor.env.close()
-
 
 class RayActorManager:
-  """Runs ``len(configs)`` Ray actors and is the transport they deliver through.
+  """Runs ``len(configs)`` Ray actors and brings their chunks into ``transport``.
 
   The ``ActorManager`` interface (``start``, ``check``, ``stop_and_join``, ``shared``,
-  ``restarts``, ``alive``) and the ``ChunkQueue`` interface the ``ActorFeed`` reads (``get``,
-  ``pump``, ``qsize``, ``dropped``, ``close``): a chunk is the result of a ``collect`` call.
+  ``restarts``, ``alive``), so the ``ActorFeed`` runs Ray actors as it runs the others. A
+  receiver thread keeps one ``collect`` call outstanding per actor, puts the chunks each call
+  returns into ``transport`` (a thread ``ChunkQueue``; it blocks while that is full, and the
+  actors fill their own queues and block behind it), and calls that actor again. The Ray calls
+  (``ray.wait``, ``ray.get``, the next ``.remote``, ``ray.put`` of new params) are made by that
+  thread, not by the learner's, whose ``transport.get`` stays a queue read.
 
   Args:
     agent_factory, env_factory, configs: as ``ActorManager``'s.
+    transport: the ``ChunkQueue`` (threads) the learner reads.
     param_store: the ``RayParamStore`` the learner publishes to.
-    max_restarts: restarts allowed per actor (also Ray's ``max_restarts`` for its process).
+    max_restarts: replacements allowed per actor; one more failure fails the run.
     address: the Ray cluster (see ``connect``).
-    in_flight: ``collect`` calls outstanding per actor at most.
+    chunks_ahead: chunks an actor collects ahead at most (then it blocks).
   """
 
   mode = "ray"
 
   def __init__(self, agent_factory: Callable[[], Any], env_factory: Callable,
-               configs: list[ActorConfig], param_store: RayParamStore, max_restarts: int = 3,
-               address: str | None = None, in_flight: int = 2):
+               configs: list[ActorConfig], transport: ChunkQueue, param_store: RayParamStore,
+               max_restarts: int = 3, address: str | None = None, chunks_ahead: int = 4):
     import_ray()  # (fails early, before the learner starts, when Ray is missing)
     self.agent_factory, self.env_factory, self.configs = agent_factory, env_factory, configs
-    self.param_store, self.max_restarts = param_store, max_restarts
-    self.address, self.in_flight = address, in_flight
+    self.transport, self.param_store = transport, param_store
+    self.max_restarts, self.address, self.chunks_ahead = max_restarts, address, chunks_ahead
     n = len(configs)
     self.shared = ActorShared(np.zeros(n, np.int64), np.full(n, -1, np.int64))
     self.restarts = [0] * n
     self.handles: list[Any] = []
-    # Per actor, its calls (object refs) in the order made. Only the oldest is
-    # waited on: an actor runs its calls in order, and ray.wait's ready list is in no order.
-    self._calls: list[collections.deque] = [collections.deque() for _ in range(n)]
-    self._retry_at = [0.0] * n  # an actor Ray is restarting gets no calls before then
-    self._error: ActorFailed | None = None
+    self._calls: list[Any] = [None] * n  # each actor's outstanding collect call (object ref)
+    self._retry_at = [0.0] * n  # an unreachable actor gets no call before then
+    self._sent_version = [-1] * n  # the newest params version each actor was sent
+    self._error: BaseException | None = None
+    self._stop = threading.Event()
+    self._receiver: threading.Thread | None = None
     self._started = time.perf_counter()
-    self.dropped = 0  # (nothing is dropped: calls are only made for chunks the learner takes)
 
   @property
   def num_actors(self) -> int:
@@ -210,60 +229,72 @@ class RayActorManager:
         runtime_env={"env_vars": ACTOR_ENV_VARS})
     self.handles = [self._spawn(i) for i in range(self.num_actors)]
     self._started = time.perf_counter()
-
-  # --- transport ----------------------------------------------------------------------------
-  def _call(self, i: int) -> None:
-    version, params = self.param_store.ref()
-    ref = self.handles[i].collect.remote(version, params, int(self.shared.env_steps[i]))
-    self._calls[i].append(ref)
-
-  def _top_up(self) -> None:
-    if self.param_store.version < 0 or self._error is not None:
-      return  # (actors wait for the first publication)
-    now = time.monotonic()
-    for i in range(self.num_actors):
-      if self._retry_at[i] > now:
-        continue
-      while len(self._calls[i]) < self.in_flight:
-        self._call(i)
-
-  def get(self, timeout: float | None = None) -> Chunk | None:
-    """The next chunk that is ready (the oldest call first), or ``None`` after ``timeout``."""
-    ray = import_ray()
-    self._top_up()
-    oldest = {calls[0]: i for i, calls in enumerate(self._calls) if calls}
-    if not oldest:
-      time.sleep(timeout or 0)
-      return None
-    ready, _ = ray.wait(list(oldest), num_returns=1, timeout=timeout)
-    if not ready:
-      return None
-    i = oldest[ready[0]]
-    ref = self._calls[i].popleft()
-    try:
-      chunk = ray.get(ref)
-    except ray.exceptions.ActorUnavailableError:
-      # Unreachable for now (e.g. its node stopped answering, not yet declared dead): call
-      # again in a moment; calls made now would fail the same way at once.
-      self._retry_at[i] = time.monotonic() + RETRY_DELAY_S
-      return None
-    except ray.exceptions.RayError as e:  # raised in collect, or the actor or its node died
-      self._replace(i, e)
-      return None
-    self.shared.env_steps[i] += chunk.env_steps
-    self.shared.adopted_version[i] = max(int(self.shared.adopted_version[i]), chunk.version)
-    self._top_up()
-    return chunk
+    self._receiver = threading.Thread(target=self._receive, name="jaxasync-ray-receiver",
+                                      daemon=True)
+    self._receiver.start()
 
   def _spawn(self, i: int):
     config = dataclasses.replace(self.configs[i], restart=self.restarts[i])  # a fresh seed
-    return self._remote.remote(i, self.agent_factory, self.env_factory, config)
+    return self._remote.remote(i, self.agent_factory, self.env_factory, config,
+                               int(self.shared.env_steps[i]), self.chunks_ahead)
+
+  # --- the receiver thread ------------------------------------------------------------------
+  def _receive(self) -> None:
+    try:
+      while not self._stop.is_set() and self._error is None:
+        self._receive_once(0.05)
+    except BaseException as e:  # (a bug here must end the run, not starve it silently)
+      self._error = e
+
+  def _receive_once(self, timeout: float) -> None:
+    ray = import_ray()
+    self._call_idle_actors()
+    calls = {ref: i for i, ref in enumerate(self._calls) if ref is not None}
+    if not calls:
+      self._stop.wait(timeout)  # (before the first publication; or all actors unreachable)
+      return
+    ready, _ = ray.wait(list(calls), num_returns=1, timeout=timeout)
+    if not ready:
+      return
+    i = calls[ready[0]]
+    self._calls[i] = None
+    try:
+      chunks = ray.get(ready[0])
+    except ray.exceptions.ActorUnavailableError:
+      # Unreachable for now (e.g. its node stopped answering, not yet declared dead): call
+      # again in a moment; a call made now would fail the same way at once.
+      self._retry_at[i] = time.monotonic() + RETRY_DELAY_S
+      return
+    except ray.exceptions.RayError as e:  # raised in collect, or the actor or its node died
+      self._replace(i, e)
+      return
+    for chunk in chunks:
+      if not self.transport.put(chunk, self._stop):
+        return  # stopping
+      self.shared.env_steps[i] += chunk.env_steps
+      self.shared.adopted_version[i] = max(int(self.shared.adopted_version[i]), chunk.version)
+    self._call(i)
+
+  def _call_idle_actors(self) -> None:
+    if self.param_store.version < 0:
+      return  # (actors wait for the first publication)
+    now = time.monotonic()
+    for i in range(self.num_actors):
+      if self._calls[i] is None and self._retry_at[i] <= now:
+        self._call(i)
+
+  def _call(self, i: int) -> None:
+    version, params = self.param_store.ref()
+    if version <= self._sent_version[i]:  # it has them (its calls run in the order made)
+      params = None
+    else:
+      self._sent_version[i] = version
+    self._calls[i] = self.handles[i].collect.remote(version, params)
 
   def _replace(self, i: int, error: Exception) -> None:
-    """Actor ``i`` failed: its other calls are abandoned (never retried, so no chunk comes
-    twice) and a new Ray actor takes its place, wherever Ray finds room; past
-    ``max_restarts`` the run fails (at the next ``check``)."""
-    self._calls[i].clear()
+    """Actor ``i`` failed: a new Ray actor takes its place, wherever Ray finds room (its
+    call is not retried: a chunk never comes twice); past ``max_restarts`` the run fails
+    (at the learner's next ``check``)."""
     import_ray().kill(self.handles[i], no_restart=True)
     if self.restarts[i] >= self.max_restarts:
       self._error = ActorFailed(
@@ -272,45 +303,39 @@ class RayActorManager:
       return
     self.restarts[i] += 1
     self.handles[i] = self._spawn(i)
-
-  def pump(self, timeout: float | None = 0.0) -> None:
-    """Actors are ahead: make no new calls (their chunks wait in the object store)."""
-    time.sleep(timeout or 0)
-
-  def qsize(self) -> int:
-    """``collect`` calls outstanding (running, queued at an actor, or done and not taken)."""
-    return sum(len(calls) for calls in self._calls)
-
-  def close(self) -> None:
-    for calls in self._calls:
-      calls.clear()
+    self._sent_version[i] = -1
 
   # --- supervision --------------------------------------------------------------------------
   def check(self) -> None:
-    """Raises ``ActorFailed`` once an actor failed more than ``max_restarts`` times."""
+    """Raises ``ActorFailed`` once an actor failed more than ``max_restarts`` times (or what
+    stopped the receiver thread)."""
     if self._error is not None:
       error, self._error = self._error, None
       self.stop_and_join()
       raise error
 
   def alive(self) -> list[bool]:
-    return [r <= self.max_restarts for r in self.restarts] if self.handles else [False] * len(
-        self.configs)
+    running = self._receiver is not None and self._receiver.is_alive()
+    return [running and r <= self.max_restarts for r in self.restarts]
 
   def node_ids(self) -> list[str]:
-    """The Ray node each actor runs on now (waits for actors that are restarting)."""
+    """The Ray node each actor runs on now (waits for actors that are starting)."""
     ray = import_ray()
-    return ray.get([h.node_id.remote() for h in self.handles])
+    return ray.get([h.node_id.remote() for h in list(self.handles)])
 
   def stop_and_join(self, timeout: float = 10.0) -> list[ActorStats]:
-    """Kills the Ray actors (calls in flight are abandoned: the run is over); never waits."""
+    """Stops the receiver thread and kills the Ray actors (a call in flight is abandoned:
+    the run is over); waits at most ``timeout`` for the thread."""
     end = time.perf_counter()
+    self._stop.set()
+    if self._receiver is not None:
+      self._receiver.join(timeout)
     if self.handles:
       ray = import_ray()
       for handle in self.handles:
         ray.kill(handle, no_restart=True)
       self.handles = []
-    self.close()
+    self._calls = [None] * self.num_actors
     dur = end - self._started
     return [ActorStats(i, int(self.shared.env_steps[i]), dur,
                        int(self.shared.env_steps[i]) / dur if dur > 0 else 0.0, self.restarts[i],

@@ -288,11 +288,12 @@ class Trainer:
                            collector=collector, seed=seed, num_actors=ac.num_actors)
                for _ in range(ac.num_actors)]
     self.param_store = RayParamStore()
-    manager = RayActorManager(agent_factory, env_factory, configs, self.param_store,
-                              ac.max_restarts, ac.ray_address, ac.ray_chunks_in_flight)
+    transport = ChunkQueue(ac.queue_size)  # (filled by the manager's receiver thread)
+    manager = RayActorManager(agent_factory, env_factory, configs, transport, self.param_store,
+                              ac.max_restarts, ac.ray_address, ac.ray_chunks_ahead)
     for i in range(ac.num_actors):
       manager.shared.env_steps[i] = resumed_env_steps // ac.num_actors
-    return ActorFeed(manager, manager)  # (the manager is the transport: chunks are pulled)
+    return ActorFeed(manager, transport)
 
   # --- what callers look at --------------------------------------------------------------
   @property

@@ -21,8 +21,8 @@ Variants (--variants picks a subset):
   process  (e) `jaxasync.AsyncTrainer` with process actors (spawn).
   pinned   (e') the same with pin_cpus=True (learner on core 0, actors on the others).
   ray      (f) the same with Ray actors (a local Ray instance, started once: not timed). Also
-           "ray_actor": one Ray actor alone, its chunks pulled as fast as they come (the
-           RayActorManager's own get loop), against (a): per-chunk overhead = 1 / its chunks/s
+           "ray_actor": one Ray actor alone, its chunks pulled as fast as they come (a
+           RayActorManager into a ChunkQueue read in a loop), against (a): per-chunk overhead = 1 / its chunks/s
            - 1 / (a)'s chunks/s. Not in the default --variants (it needs Ray:
            pip install 'jaxasync[ray]').
 For (c)-(e') the trainers are built as `train_async` builds them, with a recorder that
@@ -222,21 +222,22 @@ def measure_ray_actor(args: Args, agent_factory, env: ja.EnvFactory) -> dict:
                           seed=args.seed)
   store = RayParamStore()
   store.publish(ja.ModelInfo(0, jax.device_get(agent.init(jax.random.PRNGKey(args.seed)).params)))
-  manager = RayActorManager(agent_factory, env, [config], store,
-                            in_flight=ja.AsyncConfig().ray_chunks_in_flight)
+  transport = ja.ChunkQueue(ja.AsyncConfig().queue_size)
+  manager = RayActorManager(agent_factory, env, [config], transport, store,
+                            chunks_ahead=ja.AsyncConfig().ray_chunks_ahead)
   manager.start()
 
   def run(seconds: float) -> tuple[int, int]:
     steps, chunks, end = 0, 0, time.perf_counter() + seconds
     while time.perf_counter() < end:
-      chunk = manager.get(0.1)
+      chunk = transport.get(0.1)
       if chunk is not None:
         steps, chunks = steps + chunk.env_steps, chunks + 1
     manager.check()
     return steps, chunks
 
   try:
-    while manager.get(1.0) is None:  # the actor process starts and compiles its policy
+    while transport.get(1.0) is None:  # the actor process starts and compiles its policy
       manager.check()
     run(args.warmup)
     t0 = time.perf_counter()

@@ -106,7 +106,11 @@ def test_ray_actors_learn_cartpole_while_a_worker_node_is_removed(cluster):
   assert summary["actor_restarts"] == 1
   assert [s.restarts for s in trainer.actor_stats] == [1, 0]
   assert trainer.loop.order_errors == 0  # a chunk delivered twice would repeat its seq
-  assert trainer.loop.env_steps == sum(s.env_steps for s in trainer.actor_stats)
+  # Every env step ingested was delivered once; what was delivered and not ingested is at most
+  # the bounded queue's chunks left at the stop.
+  delivered = sum(s.env_steps for s in trainer.actor_stats)
+  ac = trainer.async_config
+  assert 0 <= delivered - trainer.loop.env_steps <= ac.queue_size * ac.chunk_steps * ac.envs_per_actor
   assert summary["best_eval_reward"] >= 475, [round(e["eval_reward"]) for e in summary["evals"]]
 
 
@@ -131,7 +135,7 @@ def test_missing_ray_is_a_config_error_naming_the_extra(monkeypatch):
 
 
 @pytest.mark.parametrize("settings", [dict(inference_servers=1), dict(pin_cpus=True),
-                                      dict(ray_chunks_in_flight=0)])
+                                      dict(ray_chunks_ahead=0)])
 def test_settings_that_do_not_apply_to_ray_actors_are_refused(settings):
   with pytest.raises(ja.ConfigError, match="ray|Ray"):
     ja.AsyncConfig(actor_mode="ray", **settings).validate()
