@@ -143,7 +143,9 @@ class AsyncConfig:
       start`` joined) or 'host:port'; None: a local Ray instance (unless this process
       already called ``ray.init``).
     ray_chunks_ahead: Ray actors: chunks an actor collects ahead of the learner before it
-      blocks (back-pressure; one call to it brings back all it holds).
+      blocks (back-pressure; one call to it brings back all it holds). More lets an actor
+      run ahead when calls are slow, but a held-back actor's chunks wait that much longer
+      (policy lag), as in a longer queue.
   """
 
   num_actors: int = 1
@@ -167,7 +169,7 @@ class AsyncConfig:
   inference_delay: float = 0.002
   inference_device: Literal["default", "cpu"] = "default"
   ray_address: str | None = None
-  ray_chunks_ahead: int = 16
+  ray_chunks_ahead: int = 4
 
   def validate(self) -> None:
     if self.actor_mode not in ("thread", "process", "ray"):

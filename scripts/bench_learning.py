@@ -18,7 +18,8 @@ Rows (ROWS below; add one per algorithm and env):
   rainbow-minatar-breakout   experiments/rainbow.py --preset minatar --duration 600  report only;
                              not run unless named in --rows (10 min a run).
 Modes: sync (--mode sync), thread (--mode async --async.actor-mode thread), process (--mode async
---async.actor-mode process).
+--async.actor-mode process), ray (--mode async --async.actor-mode ray: a local Ray instance;
+only when named in --modes).
 
 Each run's stdout and stderr go to <logdir>/log.txt. A run that exits non-zero or runs past
 --timeout seconds (its whole process group is killed: process actors too) is recorded as failed,
@@ -127,6 +128,7 @@ MODES: dict[str, tuple[str, ...]] = {
     "sync": ("--mode", "sync"),
     "thread": ("--mode", "async", "--async.actor-mode", "thread"),
     "process": ("--mode", "async", "--async.actor-mode", "process"),
+    "ray": ("--mode", "async", "--async.actor-mode", "ray"),  # (pip install -e ".[ray]")
 }
 
 
@@ -487,7 +489,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                               formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--rows", nargs="+", choices=list(ROWS),
                  default=[name for name, row in ROWS.items() if row.default])
-  p.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
+  p.add_argument("--modes", nargs="+", choices=list(MODES), default=["sync", "thread", "process"])
   p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
   p.add_argument("--out", default="bench_learning_out",
                  help="runs, results.json, results.md and the PNGs go here")
