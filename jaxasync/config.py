@@ -139,9 +139,9 @@ class AsyncConfig:
     inference_delay: seconds a server waits for more requests after the first.
     inference_device: where the inference servers run: 'default' (the accelerator when there
       is one) or 'cpu'.
-    ray_address: Ray actors: the cluster to join, 'auto' (the one this machine's ``ray
-      start`` joined) or 'host:port'; None: a local Ray instance (unless this process
-      already called ``ray.init``).
+    ray_address: Ray actors: the cluster to join, 'auto' (the one this machine's 'ray start'
+      joined) or 'host:port'; None: a local Ray instance (unless this process already
+      called ray.init).
     ray_chunks_ahead: Ray actors: chunks an actor collects ahead of the learner before it
       blocks (back-pressure; one call to it brings back all it holds). More lets an actor
       run ahead when calls are slow, but a held-back actor's chunks wait that much longer

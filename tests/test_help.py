@@ -115,7 +115,7 @@ def test_string_choices_are_listed(helps, script):
   options = parse_options(helps[script])
   prefix = "--" if script.endswith("rainbow.py") else "--agent."
   expected = {f"{prefix}torso": "{auto,mlp,nature_cnn,minatar_cnn}",
-              "--async.actor-mode": "{thread,process}",
+              "--async.actor-mode": "{thread,process,ray}",
               "--async.inference-device": "{default,cpu}"}
   if script.endswith(("dqn.py", "rainbow.py")):
     expected[f"{prefix}exploration"] = "{schedule,apex}"
