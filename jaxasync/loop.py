@@ -22,7 +22,6 @@ import os
 import pickle
 import time
 
-
 from jaxasync.actor import Actor
 from jaxasync.actor_manager import ActorManager, ActorStats
 from jaxasync.hooks import EvalWorker, Hook, IntervalTrigger, progress_bar
@@ -115,8 +114,8 @@ class ActorFeed:
   """The asynchronous run's data: supervised actors pushing chunks through a bounded queue.
 
   Args:
-    manager: starts, supervises and stops the actors (``ActorManager``; or
-      ``RayActorManager``, which is also the transport: Ray actors' chunks are pulled).
+    manager: starts, supervises and stops the actors (``ActorManager``, or
+      ``RayActorManager``, whose receiver thread fills ``transport`` with Ray actors' chunks).
     transport: the queue they push into.
     inference: the SEED inference server, or ``None``.
     pin_cpu: pin the learner's process to this core while the run lasts.

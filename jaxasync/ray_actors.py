@@ -78,7 +78,7 @@ def connect(address: str | None, num_actors: int) -> None:
     warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
     if address is None:
       # Ray runs its workers at nice 15; beside the learner on one machine that starves the
-      # actors (measured: a quarter of process actors' env steps/s). Actors are the work here.
+      # actors (measured: a fifth of process actors' env steps/s). Actors are the work here.
       os.environ.setdefault("RAY_worker_niceness", "0")
       ray.init(address="local", num_cpus=max(os.cpu_count() or 1, num_actors),
                include_dashboard=False)

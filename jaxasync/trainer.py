@@ -254,13 +254,6 @@ class Trainer:
                        chunk_steps: int, resumes: int = 0, resumed_env_steps: int = 0
                        ) -> ActorFeed:
     c, ac = self.config, self.async_config
-    if ac.actor_mode == "ray":
-      return self._make_ray_feed(agent_factory, env_factory, collector, chunk_steps, resumes,
-                                 resumed_env_steps)
-    process = ac.actor_mode == "process"
-    transport = ChunkQueue(ac.queue_size, ac.drop_when_full, process=process)
-    self.param_store = (SharedParamStore(self.learner.model_info().params) if process
-                        else ThreadParamStore())
     cores = os.cpu_count() or 1
     # A resumed run's actors get fresh seeds (not the first run's trajectories again).
     seed = c.seed if not resumes else actor_seed(c.seed, 0, 1_000 * resumes)
@@ -269,31 +262,27 @@ class Trainer:
                            cpu=(1 + i % max(1, cores - 1)) % cores if ac.pin_cpus else None)
                for i in range(ac.num_actors)]
     inference = None
-    if ac.inference_servers > 0:
-      inference = InferenceServer(
-          agent, self.param_store, ac.num_actors, ac.inference_batchsize, ac.inference_delay,
-          ac.inference_servers, ac.inference_device, process=process, seed=c.seed)
-    manager = ActorManager(agent_factory, env_factory, configs, transport, self.param_store,
-                           ac.actor_mode, ac.max_restarts, ac.serialize_env_init, inference)
+    if ac.actor_mode == "ray":
+      from jaxasync.ray_actors import RayActorManager, RayParamStore
+      transport = ChunkQueue(ac.queue_size)  # (filled by the manager's receiver thread)
+      self.param_store = RayParamStore()
+      manager = RayActorManager(agent_factory, env_factory, configs, transport,
+                                self.param_store, ac.max_restarts, ac.ray_address,
+                                ac.ray_chunks_ahead)
+    else:
+      process = ac.actor_mode == "process"
+      transport = ChunkQueue(ac.queue_size, ac.drop_when_full, process=process)
+      self.param_store = (SharedParamStore(self.learner.model_info().params) if process
+                          else ThreadParamStore())
+      if ac.inference_servers > 0:
+        inference = InferenceServer(
+            agent, self.param_store, ac.num_actors, ac.inference_batchsize, ac.inference_delay,
+            ac.inference_servers, ac.inference_device, process=process, seed=c.seed)
+      manager = ActorManager(agent_factory, env_factory, configs, transport, self.param_store,
+                             ac.actor_mode, ac.max_restarts, ac.serialize_env_init, inference)
     for i in range(ac.num_actors):  # exploration schedules continue where the run was
       manager.shared.env_steps[i] = resumed_env_steps // ac.num_actors
     return ActorFeed(manager, transport, inference, pin_cpu=0 if ac.pin_cpus else None)
-
-  def _make_ray_feed(self, agent_factory, env_factory, collector, chunk_steps: int,
-                     resumes: int, resumed_env_steps: int) -> ActorFeed:
-    from jaxasync.ray_actors import RayActorManager, RayParamStore
-    c, ac = self.config, self.async_config
-    seed = c.seed if not resumes else actor_seed(c.seed, 0, 1_000 * resumes)
-    configs = [ActorConfig(num_envs=ac.envs_per_actor, chunk_steps=chunk_steps,
-                           collector=collector, seed=seed, num_actors=ac.num_actors)
-               for _ in range(ac.num_actors)]
-    self.param_store = RayParamStore()
-    transport = ChunkQueue(ac.queue_size)  # (filled by the manager's receiver thread)
-    manager = RayActorManager(agent_factory, env_factory, configs, transport, self.param_store,
-                              ac.max_restarts, ac.ray_address, ac.ray_chunks_ahead)
-    for i in range(ac.num_actors):
-      manager.shared.env_steps[i] = resumed_env_steps // ac.num_actors
-    return ActorFeed(manager, transport)
 
   # --- what callers look at --------------------------------------------------------------
   @property
