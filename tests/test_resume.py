@@ -149,8 +149,10 @@ def test_async_run_killed_three_times_resumes_and_solves(tmp_path):
   times at random moments after its first checkpoint, resumed each time, then run to the end:
   it continues from the last checkpoint and still reaches the CartPole target."""
   logdir = tmp_path / "run"
+  # (No target for the killed attempts: a lucky run solving before its kill, at 3.3k SGD steps
+  # once under CI, would end by itself and leave nothing to kill.)
   base = [sys.executable, "experiments/dqn.py", "--no-progress", "--logdir", str(logdir),
-          "--save-interval", "1000", "--target-eval-reward", "475", "--seed", "0"]
+          "--save-interval", "1000", "--seed", "0"]
   rng = np.random.default_rng(0)
   last_steps = -1
   for attempt in range(3):
@@ -170,11 +172,14 @@ def test_async_run_killed_three_times_resumes_and_solves(tmp_path):
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
     last_steps = max(int(p.name) for p in resumable_checkpoints(logdir) if p.name.isdigit())
-  out = subprocess.run(base + ["--resume"], cwd=REPO, capture_output=True, text=True, timeout=400)
+  out = subprocess.run(base + ["--resume", "--target-eval-reward", "475"], cwd=REPO,
+                       capture_output=True, text=True, timeout=400)
   assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
   assert "resuming from" in out.stderr
   summary = json.loads((logdir / "summary.json").read_text())
   assert summary["resumes"] >= 3  # (counted from the checkpoint it resumed from)
   assert summary["best_eval_reward"] >= 475, [e["eval_reward"] for e in summary["evals"]]
-  resumed_at = min(e["opt_steps"] for e in summary["evals"])
-  assert resumed_at <= 1000  # the evaluations before the kills were kept
+  # The evaluations before the kills were kept. (The one at SGD step 1000 runs beside training
+  # and can finish after the step-1000 checkpoint was written: then the step-2000 checkpoint is
+  # the first to hold it, and a kill before that loses it.)
+  assert min(e["opt_steps"] for e in summary["evals"]) <= 2000, summary["evals"][:3]
