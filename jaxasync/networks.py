@@ -10,15 +10,24 @@ import jax.numpy as jnp
 
 
 class MLPTorso(nn.Module):
-  """ReLU MLP over flat vector observations ``[B, *obs_shape] -> [B, hidden[-1]]``."""
+  """ReLU MLP over flat vector observations ``[B, *obs_shape] -> [B, hidden[-1]]``.
+
+  With ``layer_norm`` each layer is Dense -> LayerNorm -> ReLU: normalised features keep TD
+  learning's bootstrapped targets from feeding back into ever larger activations (Gallici et
+  al. 2024, "Simplifying Deep Temporal Difference Learning"; Ball et al. 2023).
+  """
 
   hidden_sizes: Sequence[int] = (64, 64)
+  layer_norm: bool = False
 
   @nn.compact
   def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
     x = obs.reshape(obs.shape[0], -1).astype(jnp.float32)
     for size in self.hidden_sizes:
-      x = nn.relu(nn.Dense(size)(x))
+      x = nn.Dense(size)(x)
+      if self.layer_norm:
+        x = nn.LayerNorm()(x)
+      x = nn.relu(x)
     return x
 
 
@@ -57,11 +66,12 @@ Torso = Literal["mlp", "nature_cnn", "minatar_cnn"]
 TORSOS: tuple[str, ...] = get_args(Torso)  # the torsos make_torso builds
 
 
-def make_torso(torso: Torso, hidden_sizes: Sequence[int]) -> nn.Module:
-  """The torso module ``torso`` names: an MLP of ``hidden_sizes``, the Nature CNN, or the MinAtar
-  CNN (its dense width: the last of ``hidden_sizes``)."""
+def make_torso(torso: Torso, hidden_sizes: Sequence[int], layer_norm: bool = False) -> nn.Module:
+  """The torso module ``torso`` names: an MLP of ``hidden_sizes`` (LayerNorm after each Dense
+  with ``layer_norm``), the Nature CNN, or the MinAtar CNN (its dense width: the last of
+  ``hidden_sizes``). ``layer_norm`` applies to the MLP only."""
   if torso == "mlp":
-    return MLPTorso(tuple(hidden_sizes))
+    return MLPTorso(tuple(hidden_sizes), layer_norm)
   if torso == "nature_cnn":
     return NatureCNN()
   if torso == "minatar_cnn":

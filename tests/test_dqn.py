@@ -361,3 +361,30 @@ def test_discrete_observation_space_is_rejected():
 def test_bad_config_is_rejected(config, message):
   with pytest.raises(ConfigError, match=message):
     _agent(**config)
+
+
+def test_layer_norm_torso_matches_a_hand_computation():
+  """--agent.layer-norm: each torso layer is Dense -> LayerNorm -> ReLU, so with an identity
+  Dense, LayerNorm's default scale 1 / bias 0 and a linear head, Q(o) = relu(norm(o)) @ K."""
+  agent = _agent(layer_norm=True)
+  params = agent.network.init(jax.random.PRNGKey(0), jnp.zeros((1, 4)))
+  assert set(params["params"]["MLPTorso_0"]) == {"Dense_0", "LayerNorm_0"}
+  kernel = np.array([[1.0, -2.0], [0.5, 0.0], [0.0, 3.0], [-1.0, 1.0]], np.float32)
+  params = {"params": {
+      "MLPTorso_0": {"Dense_0": {"kernel": jnp.eye(4), "bias": jnp.zeros(4)},
+                     "LayerNorm_0": params["params"]["MLPTorso_0"]["LayerNorm_0"]},
+      "Dense_0": {"kernel": jnp.asarray(kernel), "bias": jnp.zeros(2)}}}
+  obs = np.array([[1.0, 2.0, 3.0, 4.0], [10.0, -10.0, 0.0, 0.0]], np.float32)
+  mean = obs.mean(axis=1, keepdims=True)
+  normed = (obs - mean) / np.sqrt(obs.var(axis=1, keepdims=True) + 1e-6)
+  expected = np.maximum(normed, 0.0) @ kernel
+  np.testing.assert_allclose(agent.network.apply(params, obs), expected, rtol=1e-5, atol=1e-5)
+  # Scaling an observation leaves its normalised features, and so its Q-values, unchanged.
+  np.testing.assert_allclose(agent.network.apply(params, 100 * obs), expected, rtol=1e-4,
+                             atol=1e-4)
+
+
+def test_layer_norm_with_a_cnn_torso_is_refused_with_the_fix():
+  frames = gym.spaces.Box(0, 255, (84, 84, 4), np.uint8)
+  with pytest.raises(ConfigError, match="layer_norm applies to the MLP torso only.*nature_cnn"):
+    DQN(DQNConfig(layer_norm=True), frames, gym.spaces.Discrete(2))

@@ -51,6 +51,7 @@ class DQNConfig:
       for Atari frame stacks, MinAtar CNN for small grids, MLP for vectors.
     hidden_sizes: MLP layer widths (vector observations); the MinAtar CNN's dense width is
       the last one.
+    layer_norm: LayerNorm after each Dense layer of the MLP torso.
     learning_rate: Adam step size (the initial one when annealed).
     learning_rate_end: step size reached after learning_rate_decay_steps.
     learning_rate_decay_steps: SGD steps over which the step size anneals linearly from
@@ -84,6 +85,7 @@ class DQNConfig:
 
   torso: Literal["auto", Torso] = "auto"  # Literal flattens: auto, mlp, nature_cnn, minatar_cnn
   hidden_sizes: Sequence[int] = (128, 128)
+  layer_norm: bool = False
   learning_rate: float = 1e-3
   learning_rate_end: float = 0.0
   learning_rate_decay_steps: int = 0
@@ -191,11 +193,16 @@ class DQN(Agent):
     self.batch_size = config.batch_size
     self.data = DataSpec(collector="transitions", source="replay")
     self.num_actions = int(action_space.n)
+    torso = (default_torso(obs_space.shape, obs_space.dtype) if config.torso == "auto"
+             else config.torso)
+    if config.layer_norm and torso != "mlp":
+      raise ConfigError(f"layer_norm applies to the MLP torso only; {env_id} uses the {torso} "
+                        "torso. Drop --agent.layer-norm, or use --agent.torso mlp.")
     self.network = QNetwork(
         num_actions=self.num_actions,
-        torso=(default_torso(obs_space.shape, obs_space.dtype) if config.torso == "auto"
-               else config.torso),
-        hidden_sizes=tuple(config.hidden_sizes), dueling=config.dueling,
+        torso=torso,
+        hidden_sizes=tuple(config.hidden_sizes), layer_norm=config.layer_norm,
+        dueling=config.dueling,
         num_atoms=config.num_atoms, noisy=config.noisy, sigma0=config.noisy_sigma0)
     self.optimizer = optax.chain(
         optax.clip_by_global_norm(config.max_grad_norm),

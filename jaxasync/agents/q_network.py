@@ -78,6 +78,7 @@ class QNetwork(nn.Module):
     torso: ``"mlp"`` for vector observations, ``"nature_cnn"`` for stacked frames,
       ``"minatar_cnn"`` for small grids (see ``default_torso``).
     hidden_sizes: MLP torso sizes; ``"minatar_cnn"`` uses the last as its dense width.
+    layer_norm: LayerNorm after each of the MLP torso's Dense layers.
     dueling: value + mean-centred advantage streams (Wang et al. 2016).
     num_atoms: 1 for expected Q-values; > 1 for a categorical (C51) distribution.
     noisy: the head layers (value and advantage streams when dueling) are
@@ -89,6 +90,7 @@ class QNetwork(nn.Module):
   num_actions: int
   torso: str = "mlp"
   hidden_sizes: Sequence[int] = (64, 64)
+  layer_norm: bool = False
   dueling: bool = False
   num_atoms: int = 1
   noisy: bool = False
@@ -102,7 +104,7 @@ class QNetwork(nn.Module):
   @nn.compact
   def __call__(self, obs: jnp.ndarray, deterministic: bool = False) -> jnp.ndarray:
     """``deterministic`` only matters with ``noisy``: the mean network, no noise key needed."""
-    h = make_torso(self.torso, self.hidden_sizes)(obs)
+    h = make_torso(self.torso, self.hidden_sizes, self.layer_norm)(obs)
     a, z = self.num_actions, self.num_atoms
     if self.dueling:
       value = self._head(z, h, deterministic).reshape(-1, 1, z)
