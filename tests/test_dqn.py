@@ -9,7 +9,7 @@ import pytest
 import rlax
 
 from jaxasync import ConfigError, DQN, DQNConfig, Transition, linear_epsilon
-from jaxasync.agents.dqn import learning_rate_schedule
+from jaxasync.agents.dqn import learning_rate_schedule, munchausen_target
 
 from helpers import BOX4, host as _host, random_batch as _random_batch
 
@@ -96,6 +96,102 @@ def test_loss_matches_numpy_on_random_params(double_q):
   unit, _ = loss_fn(params, target_params, batch, np.ones(16, np.float32))
   np.testing.assert_allclose(unit, np.mean(_huber(td)), rtol=1e-5)
   assert abs(float(unit) - float(loss)) > 1e-4
+
+
+# --- Maxmin ensemble (num_q_networks > 1) ----------------------------------------
+def _stacked(*head_kernels):
+  """N networks as one params tree with a leading axis of N (what nn.vmap builds)."""
+  return jax.tree.map(lambda *xs: jnp.stack(xs), *(_params(k) for k in head_kernels))
+
+
+# Online networks: Q_A(o) = [o0, o1], Q_B(o) = [.5 o0, 3 o1]; min: [.5 o0, min(o1, 3 o1)].
+# Target networks: Q_C(o) = [o1, o0], Q_D(o) = [2 o0, .5 o1].
+ONLINE_PAIR = _stacked([[1, 0], [0, 1], [0, 0], [0, 0]], [[0.5, 0], [0, 3], [0, 0], [0, 0]])
+TARGET_PAIR = _stacked([[0, 1], [1, 0], [0, 0], [0, 0]], [[2, 0], [0, 0.5], [0, 0], [0, 0]])
+
+
+def test_maxmin_loss_by_hand():
+  agent = _agent(num_q_networks=2)
+  loss, (priority, metrics) = agent.loss(ONLINE_PAIR, TARGET_PAIR, HAND_BATCH, HAND_WEIGHTS)
+  # item 0: next [3,1]: online min [1.5, 1] -> a*=0; target min at 0: min(1, 6) = 1;
+  #         y = 1 + .5*1 = 1.5; Q_A(s,0) = 1 -> td .5 (huber .125); Q_B(s,0) = .5 -> td 1 (.5)
+  # item 1: next [0,2]: online min [0, 2] -> a*=1; target min at 1: min(0, 1) = 0; y = -1;
+  #         Q_A(s,1) = 4 -> td -5 (4.5); Q_B(s,1) = 12 -> td -13 (12.5)
+  # item 2: terminal, y = .5; Q_A(s,0) = 2 -> td -1.5 (1); Q_B(s,0) = 1 -> td -.5 (.125)
+  # per item: the networks' Huber losses summed: [.625, 17, 1.125]; weighted mean over 3.
+  np.testing.assert_allclose(loss, (0.625 + 0.5 * 17 + 2 * 1.125) / 3, rtol=1e-6)
+  np.testing.assert_allclose(priority, [0.75, 9.0, 1.0], rtol=1e-6)  # mean |td| over networks
+  # q_mean: of the minimum over networks at obs: [.5,2], [0,4], [1,1]
+  np.testing.assert_allclose(metrics["q_mean"], 8.5 / 6, rtol=1e-6)
+
+
+def test_maxmin_acts_on_the_minimum():
+  agent = _agent(num_q_networks=2)
+  obs = np.array([[1.0, 0.8, 0, 0], [4.0, 1.0, 0, 0]], np.float32)
+  # Q_A = [1, .8] (argmax 0), Q_B = [.5, 2.4]: the minimum [.5, .8] picks 1;
+  # Q_A = [4, 1], Q_B = [2, 3]: the minimum [2, 1] picks 0.
+  np.testing.assert_allclose(agent.q_values(ONLINE_PAIR, obs), [[0.5, 0.8], [2.0, 1.0]])
+  np.testing.assert_array_equal(agent.policy(ONLINE_PAIR, obs, np.random.default_rng(0)), [1, 0])
+
+
+def test_maxmin_networks_are_independent_and_update():
+  agent = _agent(num_q_networks=3, hidden_sizes=(8,))
+  state = agent.init(jax.random.PRNGKey(0))
+  kernel = state.params["params"]["Dense_0"]["kernel"]
+  chex.assert_shape(kernel, (3, 8, 2))
+  assert not np.allclose(kernel[0], kernel[1])  # independently initialised
+  batch = _random_batch(np.random.default_rng(0), (2, 16))
+  before = jax.tree.map(np.array, state.params)
+  state, metrics, priority = agent.update(state, batch)
+  chex.assert_shape(priority, (2, 16))
+  moved = jax.tree.map(lambda a, b: np.abs(np.asarray(a) - b).reshape(3, -1).max(1),
+                       state.params, before)
+  assert all((m > 0).all() for m in jax.tree.leaves(moved))  # every network learns
+  assert np.isfinite(float(metrics["loss"]))
+
+
+# --- Munchausen DQN -----------------------------------------------------------
+def test_munchausen_target_by_hand():
+  # tau 1: log pi(. | s_tm1) = log softmax([1, 0]) = [-.313262, -1.313262];
+  # soft value at s_t = logsumexp([2, 0]) = 2.126928.
+  q_tm1, q_t = jnp.array([1.0, 0.0]), jnp.array([2.0, 0.0])
+  target = lambda a, d: float(munchausen_target(q_tm1, a, 0.5, d, q_t, 1.0, 0.9, -1.0))
+  np.testing.assert_allclose(target(1, 0.9), 0.5 + 0.9 * -1.0 + 0.9 * 2.126928, rtol=1e-5)  # clipped
+  np.testing.assert_allclose(target(0, 0.9), 0.5 + 0.9 * -0.313262 + 0.9 * 2.126928, rtol=1e-5)
+  np.testing.assert_allclose(target(0, 0.0), 0.5 + 0.9 * -0.313262, rtol=1e-5)  # terminal
+  # alpha 0 and a cold softmax: the plain max-Q target.
+  cold = munchausen_target(q_tm1, 1, 0.5, 0.9, q_t, 1e-4, 0.0, -1.0)
+  np.testing.assert_allclose(cold, 0.5 + 0.9 * 2.0, rtol=1e-5)
+
+
+@pytest.mark.parametrize("num_q_networks", [1, 2])
+def test_munchausen_loss_matches_numpy_on_random_params(num_q_networks):
+  tau, alpha = 0.5, 0.9
+  agent = _agent(munchausen=True, munchausen_tau=tau, munchausen_alpha=alpha,
+                 hidden_sizes=(8,), num_q_networks=num_q_networks)
+  params = agent.init(jax.random.PRNGKey(0)).params
+  target_params = agent.init(jax.random.PRNGKey(1)).params
+  batch = _random_batch(np.random.default_rng(0), (16,))
+  weights = np.ones(16, np.float32)
+  def q(p, o):  # [N, B, A], and its minimum over networks
+    out = np.asarray(agent.network.apply(p, o), np.float64).reshape(num_q_networks, 16, 2)
+    return out, out.min(0)
+  def log_softmax(x):
+    x = x / tau
+    return x - x.max(1, keepdims=True) - np.log(np.exp(x - x.max(1, keepdims=True)).sum(1, keepdims=True))
+  _, qbar_tm1 = q(target_params, batch.obs)
+  _, qbar_t = q(target_params, batch.next_obs)
+  i = np.arange(16)
+  bonus = alpha * np.clip(tau * log_softmax(qbar_tm1)[i, batch.action], -1.0, 0.0)
+  log_pi_t = log_softmax(qbar_t)
+  soft_v = (np.exp(log_pi_t) * (qbar_t - tau * log_pi_t)).sum(1)
+  y = batch.reward + bonus + batch.discount * soft_v
+  q_tm1, _ = q(params, batch.obs)
+  td = y[None] - q_tm1[:, i, batch.action]  # [N, B]
+  loss, (priority, _) = jax.jit(agent.loss)(params, target_params, batch, weights)
+  np.testing.assert_allclose(loss, np.mean(_huber(td).sum(0)), rtol=1e-5)
+  np.testing.assert_allclose(priority, np.abs(td).mean(0), rtol=1e-5, atol=1e-6)
+  assert (bonus < -1e-3).any()  # the bonus took part
 
 
 # --- C51 -----------------------------------------------------------------------
@@ -357,6 +453,10 @@ def test_discrete_observation_space_is_rejected():
     (dict(eps_end=1.5), "eps_start and eps_end must be in"),
     (dict(learning_rate=-1e-3), "learning_rate must be a finite number > 0"),
     (dict(learning_rate_end=-1.0, learning_rate_decay_steps=10), "learning_rate_end >= 0"),
+    (dict(num_q_networks=0), "num_q_networks must be >= 1"),
+    (dict(num_q_networks=2, num_atoms=11), "no such minimum"),
+    (dict(munchausen=True, munchausen_tau=0.0), "need tau > 0"),
+    (dict(munchausen=True, num_atoms=11), "munchausen applies to expected-Q heads"),
 ])
 def test_bad_config_is_rejected(config, message):
   with pytest.raises(ConfigError, match=message):

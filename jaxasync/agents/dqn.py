@@ -24,6 +24,7 @@ from typing import Any, Literal, Sequence
 
 import chex
 import flax
+import flax.linen as nn
 import gymnasium as gym
 import jax
 import jax.numpy as jnp
@@ -60,6 +61,18 @@ class DQNConfig:
     max_grad_norm: global-norm gradient clipping threshold.
     batch_size: transitions per SGD step.
     double_q: double Q-learning (the online network selects the bootstrap action).
+    num_q_networks: independently initialised Q-networks whose minimum is the Q-value, for
+      acting, for selecting the bootstrap action and for its value, each network regressed on
+      that shared target (Maxmin Q-learning, Lan et al. 2020; 2 is discrete clipped double Q).
+      The minimum counters the maximum's overestimation; expected-Q heads only (num_atoms 1).
+    munchausen: Munchausen DQN (Vieillard et al. 2020, ``munchausen_target``): the target adds
+      the scaled, clipped log-probability of the taken action under the target network's
+      softmax policy and bootstraps on the soft value; ``double_q`` has no effect then.
+      Penalising actions the policy would not take widens the action gaps, which keeps the
+      greedy policy from flipping when Q-values are large and their gaps small.
+    munchausen_alpha: scale of the log-policy bonus (0.9 in the paper).
+    munchausen_tau: softmax temperature, in return units (0.03 in the paper).
+    munchausen_clip: lower clip ``l0 < 0`` of ``tau * log pi`` (-1 in the paper).
     huber_delta: Huber loss threshold (expected-Q loss only).
     target_update_period: SGD steps between hard target copies (used when tau is 1).
     tau: Polyak factor: the target moves this fraction of the way to the online params per
@@ -93,6 +106,11 @@ class DQNConfig:
   max_grad_norm: float = 10.0
   batch_size: int = 128
   double_q: bool = True
+  num_q_networks: int = 1
+  munchausen: bool = False
+  munchausen_alpha: float = 0.9
+  munchausen_tau: float = 0.03
+  munchausen_clip: float = -1.0
   huber_delta: float = 1.0
   target_update_period: int = 250
   tau: float = 0.005
@@ -119,6 +137,22 @@ class DQNConfig:
       raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}.")
     if not 0.0 < self.tau <= 1.0:
       raise ConfigError(f"tau must be in (0, 1], got {self.tau}.")
+    if self.num_q_networks < 1:
+      raise ConfigError(f"num_q_networks must be >= 1, got {self.num_q_networks}.")
+    if self.num_q_networks > 1 and self.num_atoms > 1:
+      raise ConfigError(
+          f"num_q_networks={self.num_q_networks} takes the minimum of expected Q-values; with "
+          f"num_atoms={self.num_atoms} (C51) there is no such minimum. Use num_q_networks 1 "
+          "with C51, or num_atoms 1.")
+    if self.munchausen and not (self.munchausen_tau > 0 and 0 <= self.munchausen_alpha <= 1
+                                and self.munchausen_clip < 0):
+      raise ConfigError(
+          f"munchausen_tau={self.munchausen_tau}, munchausen_alpha={self.munchausen_alpha}, "
+          f"munchausen_clip={self.munchausen_clip}: need tau > 0, 0 <= alpha <= 1 and clip < 0 "
+          "(the paper's: 0.03, 0.9, -1).")
+    if self.munchausen and self.num_atoms > 1:
+      raise ConfigError("munchausen applies to expected-Q heads; with num_atoms "
+                        f"{self.num_atoms} (C51) use munchausen False, or num_atoms 1.")
     if self.target_update_period < 1:
       raise ConfigError(f"target_update_period must be >= 1, got {self.target_update_period}.")
     if self.num_atoms < 1 or (self.num_atoms > 1 and self.v_min >= self.v_max):
@@ -142,6 +176,35 @@ class DQNConfig:
           "learning_rate_decay_steps >= 0 (0: a constant learning rate).")
     if self.noisy and not self.noisy_sigma0 >= 0.0:
       raise ConfigError(f"noisy_sigma0 must be >= 0, got {self.noisy_sigma0}.")
+
+
+def munchausen_target(q_target_tm1: jnp.ndarray, a_tm1: jnp.ndarray, r_t: jnp.ndarray,
+                      discount_t: jnp.ndarray, q_target_t: jnp.ndarray, tau: float,
+                      alpha: float, clip: float) -> jnp.ndarray:
+  """The Munchausen-DQN target of one transition (Vieillard et al. 2020, eq. 2).
+
+  ``y = r_t + alpha * clip(tau * log pi(a_tm1 | s_tm1), clip, 0)
+  + discount_t * sum_a pi(a | s_t) (q_target_t[a] - tau * log pi(a | s_t))``, with
+  ``pi = softmax(q_target / tau)`` the target network's soft policy.
+
+  Args:
+    q_target_tm1: target Q-values at ``s_tm1``, ``[A]``.
+    a_tm1: the action taken, int scalar.
+    r_t: the (n-step) return, scalar; the bonus is the first step's only.
+    discount_t: the bootstrap discount (``gamma^n``, 0 at termination), scalar.
+    q_target_t: target Q-values at the bootstrap state, ``[A]``.
+    tau: softmax temperature (> 0).
+    alpha: bonus scale in [0, 1].
+    clip: lower bound ``l0 < 0`` of ``tau * log pi``.
+
+  Returns:
+    The target, a scalar (no gradient flows through it).
+  """
+  tau_log_pi_tm1 = tau * jax.nn.log_softmax(q_target_tm1 / tau)
+  bonus = alpha * jnp.clip(tau_log_pi_tm1[a_tm1], clip, 0.0)
+  log_pi_t = jax.nn.log_softmax(q_target_t / tau)
+  soft_value_t = jnp.sum(jnp.exp(log_pi_t) * (q_target_t - tau * log_pi_t))
+  return jax.lax.stop_gradient(r_t + bonus + discount_t * soft_value_t)
 
 
 @flax.struct.dataclass
@@ -175,7 +238,8 @@ def check_discrete_q_spaces(obs_space: gym.Space, action_space: gym.Space, env_i
 
 
 class DQN(Agent):
-  """Double DQN with optional dueling and C51 heads, for Box observations and Discrete actions.
+  """Double DQN with optional dueling, C51, Munchausen and Maxmin-ensemble variants, for Box
+  observations and Discrete actions.
 
   Args:
     config: hyperparameters.
@@ -198,7 +262,13 @@ class DQN(Agent):
     if config.layer_norm and torso != "mlp":
       raise ConfigError(f"layer_norm applies to the MLP torso only; {env_id} uses the {torso} "
                         "torso. Drop --agent.layer-norm, or use --agent.torso mlp.")
-    self.network = QNetwork(
+    network_cls = QNetwork
+    if config.num_q_networks > 1:
+      # N networks in one call: params and outputs get a leading axis of N.
+      network_cls = nn.vmap(QNetwork, variable_axes={"params": 0},
+                            split_rngs={"params": True, "noise": True}, in_axes=None,
+                            out_axes=0, axis_size=config.num_q_networks)
+    self.network = network_cls(
         num_actions=self.num_actions,
         torso=torso,
         hidden_sizes=tuple(config.hidden_sizes), layer_norm=config.layer_norm,
@@ -216,7 +286,7 @@ class DQN(Agent):
   def init(self, key: chex.PRNGKey) -> DQNState:
     """The initial state; ``key`` (``jax.random.PRNGKey``) seeds the params and the update noise."""
     obs = jnp.zeros((1,) + self.obs_space.shape, self.obs_space.dtype)
-    params = self.network.init(key, obs, deterministic=True)
+    params = self.network.init(key, obs, True)  # deterministic (positional: nn.vmap drops kwargs)
     return DQNState(params=params, target_params=jax.tree.map(jnp.copy, params),
                     opt_state=self.optimizer.init(params), opt_steps=jnp.zeros((), jnp.int32),
                     key=key_data(jax.random.fold_in(key, 1)))
@@ -235,21 +305,28 @@ class DQN(Agent):
 
   # --- acting --------------------------------------------------------------
   def apply(self, params: PyTree, obs: jnp.ndarray, key: chex.PRNGKey | None = None) -> jnp.ndarray:
-    """The network's output; a noisy network draws its noise from ``key``, or uses its mean
-    weights when ``key`` is None (a non-noisy network ignores ``key``)."""
+    """The network's output (``[N, ...]`` with ``num_q_networks`` N > 1); a noisy network draws
+    its noise from ``key``, or uses its mean weights when ``key`` is None (a non-noisy network
+    ignores ``key``)."""
     if not self.config.noisy:
       return self.network.apply(params, obs)
     if key is None:
-      return self.network.apply(params, obs, deterministic=True)
+      return self.network.apply(params, obs, True)  # deterministic
     return self.network.apply(params, obs, rngs={"noise": key})
 
   def q_values(self, params: PyTree, obs: jnp.ndarray,
                key: chex.PRNGKey | None = None) -> jnp.ndarray:
-    """Expected Q-values ``[B, A]`` (noisy nets: with noise from ``key``, else the mean network)."""
+    """Expected Q-values ``[B, A]`` (noisy nets: with noise from ``key``, else the mean
+    network); the minimum over the networks when there are several."""
     out = self.apply(params, obs, key)
     if self.config.num_atoms > 1:
       out = jnp.sum(jax.nn.softmax(out, axis=-1) * self.atoms, axis=-1)
-    return out
+    return self._min_over_networks(out)
+
+  def _min_over_networks(self, q: jnp.ndarray) -> jnp.ndarray:
+    """``[N, B, A]`` -> ``[B, A]``, the minimum over the ``num_q_networks`` axis; ``[B, A]``
+    passes through when there is one network."""
+    return jnp.min(q, axis=0) if self.config.num_q_networks > 1 else q
 
   def _greedy_actions(self, params: PyTree, obs: jnp.ndarray) -> jnp.ndarray:
     """Argmax of Q; for noisy nets, of the mean (noise-free) network."""
@@ -323,7 +400,8 @@ class DQN(Agent):
     """Importance-weighted loss over a batch ``[B]``; aux: per-item priorities ``[B]`` and metrics.
 
     Noisy nets: ``key`` is split into independent noise for online(obs),
-    online(next_obs) and target(next_obs); ``None`` uses the mean networks.
+    online(next_obs) and target(next_obs) (Munchausen's target(obs) shares the target's);
+    ``None`` uses the mean networks.
     """
     c = self.config
     reward = batch.reward  # n-step return, of clipped rewards if TrainerConfig.reward_clip
@@ -335,11 +413,26 @@ class DQN(Agent):
     online_t = self.apply(params, batch.next_obs, k_t) if c.double_q else target_t
     action = batch.action.astype(jnp.int32)
     if c.num_atoms == 1:
-      td = jax.vmap(rlax.double_q_learning)(
-          online_tm1, action, reward, batch.discount, target_t, online_t)
-      per_item = rlax.huber_loss(td, c.huber_delta)
-      priority = jnp.abs(td)
-      q_mean = jnp.mean(online_tm1)
+      # Expected Q, one path for one network or N (Maxmin: every network is regressed on one
+      # target built from the minimum over the networks).
+      q_tm1 = online_tm1 if c.num_q_networks > 1 else online_tm1[None]  # [N, B, A]
+      q_value_t = self._min_over_networks(target_t)  # [B, A]
+      if c.munchausen:
+        q_target_tm1 = self._min_over_networks(
+            self.apply(target_params, batch.obs, k_target))
+        y = jax.vmap(munchausen_target, in_axes=(0, 0, 0, 0, 0, None, None, None))(
+            q_target_tm1, action, reward, batch.discount, q_value_t,
+            c.munchausen_tau, c.munchausen_alpha, c.munchausen_clip)
+      else:
+        # Double Q: the online networks select the bootstrap action, the target ones value it.
+        a_t = jnp.argmax(self._min_over_networks(online_t), axis=-1)
+        y = reward + batch.discount * jnp.take_along_axis(q_value_t, a_t[:, None], -1)[:, 0]
+      q_a = jnp.take_along_axis(q_tm1, action[None, :, None], -1)[..., 0]  # [N, B]
+      td = jax.lax.stop_gradient(y)[None] - q_a
+      # Summed over networks, so each learns as a lone one would.
+      per_item = jnp.sum(rlax.huber_loss(td, c.huber_delta), axis=0)
+      priority = jnp.mean(jnp.abs(td), axis=0)
+      q_mean = jnp.mean(jnp.min(q_tm1, axis=0))
     else:
       atoms = jnp.broadcast_to(self.atoms, (reward.shape[0], c.num_atoms))
       q_select = jnp.sum(jax.nn.softmax(online_t, -1) * self.atoms, -1)
