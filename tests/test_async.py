@@ -216,12 +216,14 @@ def _run_default_experiment(tmp_path, *flags) -> dict:
 @pytest.mark.slow
 def test_default_experiment_solves_cartpole(tmp_path):
   """The README's first command (experiments/dqn.py, no flags: async, one process actor)
-  solves CartPole-v1, and its final evaluation is of the final params. (Whether it still
-  holds 500 at the end varies between async runs, README 'Learning'; asserting it here would
-  make CI flaky; the sync test below asserts it.)"""
+  solves CartPole-v1 and keeps it: the final evaluation, of the final params, >= 400. (Async
+  runs are not deterministic; with the defaults every async seed 0-4 measured ended at 500,
+  README 'Learning', so 400 leaves room for timing without letting a collapse through.)"""
   summary = _run_default_experiment(tmp_path)
   assert summary["mode"] == "async-process"
-  assert summary["best_eval_reward"] >= 475, [round(e["eval_reward"]) for e in summary["evals"]]
+  evals = [round(e["eval_reward"]) for e in summary["evals"]]
+  assert summary["best_eval_reward"] >= 475, evals
+  assert summary["final_eval_reward"] >= 400, evals
 
 
 @pytest.mark.slow

@@ -68,8 +68,8 @@ class DQNConfig:
     munchausen: Munchausen DQN (Vieillard et al. 2020, ``munchausen_target``): the target adds
       the scaled, clipped log-probability of the taken action under the target network's
       softmax policy and bootstraps on the soft value; ``double_q`` has no effect then.
-      Penalising actions the policy would not take widens the action gaps, which keeps the
-      greedy policy from flipping when Q-values are large and their gaps small.
+      The bonus is an implicit KL penalty between successive policies (the paper), so an
+      error in Q moves the greedy policy a little instead of flipping it.
     munchausen_alpha: scale of the log-policy bonus (0.9 in the paper).
     munchausen_tau: softmax temperature, in return units (0.03 in the paper).
     munchausen_clip: lower clip ``l0 < 0`` of ``tau * log pi`` (-1 in the paper).
