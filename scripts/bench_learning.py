@@ -499,7 +499,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                  help="seconds per run before it is killed and recorded as failed")
   p.add_argument("--extra", action="append", default=[],
                  help="flags appended to every run, one string split like a shell line "
-                      "(repeatable): --extra \"--max-opts 20000 --eval-interval 500\"")
+                      "(repeatable): --extra \"--max-opts 20000 --eval-interval 500\"; one flag alone "
+                      "needs the '=': --extra=--agent.no-munchausen")
   p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
   return p.parse_args(argv)
 
