@@ -62,17 +62,20 @@ class DQNConfig:
     batch_size: transitions per SGD step.
     double_q: double Q-learning (the online network selects the bootstrap action).
     num_q_networks: independently initialised Q-networks whose minimum is the Q-value, for
-      acting, for selecting the bootstrap action and for its value, each network regressed on
-      that shared target (Maxmin Q-learning, Lan et al. 2020; 2 is discrete clipped double Q).
+      acting, for selecting the bootstrap action (double_q: the minimum of the online
+      networks) and for its value (the minimum of the target networks); all networks are
+      regressed on that shared target every SGD step (Lan et al. 2020's Maxmin Q-learning
+      updates one network, chosen at random, per step; 2 is discrete clipped double Q).
       The minimum counters the maximum's overestimation; expected-Q heads only (num_atoms 1).
-    munchausen: Munchausen DQN (Vieillard et al. 2020, ``munchausen_target``): the target adds
-      the scaled, clipped log-probability of the taken action under the target network's
-      softmax policy and bootstraps on the soft value; ``double_q`` has no effect then.
+    munchausen: Munchausen DQN (Vieillard et al. 2020, the munchausen_target function): the
+      target adds the scaled, clipped log-probability of the taken action under the target
+      network's softmax policy (once, for the first of the n steps) and bootstraps on the
+      soft value; double_q has no effect then.
       The bonus is an implicit KL penalty between successive policies (the paper), so an
       error in Q moves the greedy policy a little instead of flipping it.
     munchausen_alpha: scale of the log-policy bonus (0.9 in the paper).
     munchausen_tau: softmax temperature, in return units (0.03 in the paper).
-    munchausen_clip: lower clip ``l0 < 0`` of ``tau * log pi`` (-1 in the paper).
+    munchausen_clip: lower clip (< 0) of munchausen_tau * log pi (-1 in the paper).
     huber_delta: Huber loss threshold (expected-Q loss only).
     target_update_period: SGD steps between hard target copies (used when tau is 1).
     tau: Polyak factor: the target moves this fraction of the way to the online params per
@@ -142,17 +145,18 @@ class DQNConfig:
     if self.num_q_networks > 1 and self.num_atoms > 1:
       raise ConfigError(
           f"num_q_networks={self.num_q_networks} takes the minimum of expected Q-values; with "
-          f"num_atoms={self.num_atoms} (C51) there is no such minimum. Use num_q_networks 1 "
-          "with C51, or num_atoms 1.")
+          f"num_atoms={self.num_atoms} (C51) there is no such minimum. Use "
+          "--agent.num-q-networks 1 with C51, or --agent.num-atoms 1.")
     if self.munchausen and not (self.munchausen_tau > 0 and 0 <= self.munchausen_alpha <= 1
                                 and self.munchausen_clip < 0):
       raise ConfigError(
           f"munchausen_tau={self.munchausen_tau}, munchausen_alpha={self.munchausen_alpha}, "
-          f"munchausen_clip={self.munchausen_clip}: need tau > 0, 0 <= alpha <= 1 and clip < 0 "
-          "(the paper's: 0.03, 0.9, -1).")
+          f"munchausen_clip={self.munchausen_clip}: need munchausen_tau > 0, 0 <= "
+          "munchausen_alpha <= 1 and munchausen_clip < 0 (the paper's: 0.03, 0.9, -1).")
     if self.munchausen and self.num_atoms > 1:
       raise ConfigError("munchausen applies to expected-Q heads; with num_atoms "
-                        f"{self.num_atoms} (C51) use munchausen False, or num_atoms 1.")
+                        f"{self.num_atoms} (C51) add --agent.no-munchausen (experiments/dqn.py "
+                        "turns it on), or use --agent.num-atoms 1.")
     if self.target_update_period < 1:
       raise ConfigError(f"target_update_period must be >= 1, got {self.target_update_period}.")
     if self.num_atoms < 1 or (self.num_atoms > 1 and self.v_min >= self.v_max):
@@ -429,7 +433,8 @@ class DQN(Agent):
         y = reward + batch.discount * jnp.take_along_axis(q_value_t, a_t[:, None], -1)[:, 0]
       q_a = jnp.take_along_axis(q_tm1, action[None, :, None], -1)[..., 0]  # [N, B]
       td = jax.lax.stop_gradient(y)[None] - q_a
-      # Summed over networks, so each learns as a lone one would.
+      # Summed over networks, so each network's gradient is the one it would get alone
+      # (the global-norm clip then acts on all N together).
       per_item = jnp.sum(rlax.huber_loss(td, c.huber_delta), axis=0)
       priority = jnp.mean(jnp.abs(td), axis=0)
       q_mean = jnp.mean(jnp.min(q_tm1, axis=0))
