@@ -414,7 +414,10 @@ class DQN(Agent):
       k_tm1, k_t, k_target = jax.random.split(key, 3)
     online_tm1 = self.apply(params, batch.obs, k_tm1)
     target_t = self.apply(target_params, batch.next_obs, k_target)
-    online_t = self.apply(params, batch.next_obs, k_t) if c.double_q else target_t
+    # The online network selects the bootstrap action in double Q (Munchausen's soft value
+    # needs no selection).
+    select_online = c.double_q and not c.munchausen
+    online_t = self.apply(params, batch.next_obs, k_t) if select_online else target_t
     action = batch.action.astype(jnp.int32)
     if c.num_atoms == 1:
       # Expected Q, one path for one network or N (Maxmin: every network is regressed on one
@@ -422,8 +425,7 @@ class DQN(Agent):
       q_tm1 = online_tm1 if c.num_q_networks > 1 else online_tm1[None]  # [N, B, A]
       q_value_t = self._min_over_networks(target_t)  # [B, A]
       if c.munchausen:
-        q_target_tm1 = self._min_over_networks(
-            self.apply(target_params, batch.obs, k_target))
+        q_target_tm1 = self.q_values(target_params, batch.obs, k_target)
         y = jax.vmap(munchausen_target, in_axes=(0, 0, 0, 0, 0, None, None, None))(
             q_target_tm1, action, reward, batch.discount, q_value_t,
             c.munchausen_tau, c.munchausen_alpha, c.munchausen_clip)
@@ -437,7 +439,7 @@ class DQN(Agent):
       # (the global-norm clip then acts on all N together).
       per_item = jnp.sum(rlax.huber_loss(td, c.huber_delta), axis=0)
       priority = jnp.mean(jnp.abs(td), axis=0)
-      q_mean = jnp.mean(jnp.min(q_tm1, axis=0))
+      q_mean = jnp.mean(self._min_over_networks(online_tm1))
     else:
       atoms = jnp.broadcast_to(self.atoms, (reward.shape[0], c.num_atoms))
       q_select = jnp.sum(jax.nn.softmax(online_t, -1) * self.atoms, -1)
