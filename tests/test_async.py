@@ -217,10 +217,9 @@ def _run_default_experiment(tmp_path, *flags) -> dict:
 def test_default_experiment_solves_cartpole(tmp_path):
   """The README's first command (experiments/dqn.py, no flags: async, one process actor)
   solves CartPole-v1 and keeps it: best >= 475 and the final evaluation, of the final params,
-  >= 400. Async runs are not deterministic: on a quiet machine every async run measured held,
-  but with the machine loaded about one run in five still collapsed (README 'Learning'). (So a
-  collapsed first run gets one more run (another logdir, same seed); the test fails when both
-  collapse: about one CI run in 25 at one collapse in five.)"""
+  >= 400. Async runs are not deterministic, and about one run in five still fails over more
+  seeds or on a loaded machine (README 'Learning'). So a collapsed first run gets one more run
+  (another logdir, same seed); the test fails when both collapse: about one CI run in 25."""
   attempts = []
   for attempt in range(2):
     (tmp_path / f"attempt{attempt}").mkdir()
