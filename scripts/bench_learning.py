@@ -42,23 +42,39 @@ opt steps):
                 the curve's mean return, in return units, so runs of different lengths compare.
   solved        best >= target.
   held          final >= the row's hold threshold AND last-5 mean >= it (it learnt and stayed).
+  stability     among the evaluations strictly after the first one >= the row's target, the
+                fraction >= the row's hold threshold (how often it swung back down once learnt);
+                1.00 when that first one is the last evaluation; '-' (null in results.json)
+                when no evaluation reached the target.
   totals        env steps, opt steps and trainer seconds of the whole run (summary.json).
 Per cell: solved and held as k/n over the n seeds run (a failed run counts as neither); returns
 and AUC as "median / worst" (worst = min) over the runs that did not fail; env steps and wall s to
 target as "median / worst" with worst = max and a seed that never reached the target (or failed)
-counted as infinitely slow, so the median is '-' once half the seeds never got there.
+counted as infinitely slow, so the median is '-' once half the seeds never got there; stability
+as "median / worst" (worst = min) over the runs that reached the target, and stable = k/n, the
+seeds with stability >= 0.95; IQM final and IQM AUC: the interquartile mean over the seeds that
+did not fail (rliable's: sorted, int(n/4) cut from each end, the rest averaged, i.e.
+scipy.stats.trim_mean(x, 0.25)) of the final evaluation and of the AUC, each with a 95%
+percentile-bootstrap interval (2000 resamplings of the seeds with replacement, a fixed random
+seed, so the same runs give the same table), shown as "498.2 [471.0, 500.0]".
 
 Outputs in --out: results.json (every run's figures and exact command, the per-cell aggregates,
 the git commit and whether tracked files were modified), results.md (the two tables, also printed
 at the end), and one <row>-<mode>.png per cell: eval return against env steps, one thin line per
 seed, their median in bold and range shaded (jaxasync.plot: each seed interpolated onto a
-common env-step grid, over the range every seed covers), the target dashed. PNGs need matplotlib (pip install matplotlib).
+common env-step grid, over the range every seed covers), the worst seed (lowest final evaluation,
+ties broken by the lowest last-5 mean) highlighted and labelled with its seed when there are
+several, the target dashed. PNGs need matplotlib (pip install matplotlib).
+
+Seeds: --seeds takes integers and inclusive ranges, in any mixture: --seeds 0 1 2, --seeds 0-19,
+--seeds 0-4 10 12-13 (a seed may be named once).
 
 Run (from the repository root; the full default matrix is 6 rows x 3 modes x 5 seeds = 90 runs):
   python scripts/bench_learning.py                                    # the full matrix
   python scripts/bench_learning.py --resume                           # continue an interrupted one
   python scripts/bench_learning.py --rows dqn-cartpole --modes sync --seeds 0 1   # a quick check
-  python scripts/bench_learning.py --rows rainbow-minatar-breakout --modes process --seeds 0 1 2
+  python scripts/bench_learning.py --rows dqn-cartpole --modes sync --seeds 0-19  # 20 seeds: IQM
+  python scripts/bench_learning.py --rows rainbow-minatar-breakout --modes process --seeds 0-2
   python scripts/bench_learning.py --rows dqn-cartpole --out /tmp/lr5e-4 \\
       --extra "--agent.learning-rate 5e-4 --max-opts 20000"         # a setting across the matrix
   python scripts/bench_learning.py --dry-run                          # print the commands only
@@ -80,15 +96,21 @@ import statistics
 import subprocess
 import sys
 import threading
+import re
 import time
 from pathlib import Path
 from typing import Sequence
+
+import numpy as np
 
 from jaxasync.plot import draw_curves
 
 ROOT = Path(__file__).resolve().parents[1]
 LOG_TAIL_LINES = 30
 LAST_K = 5  # evaluations averaged into "last-5 mean"
+STABLE = 0.95  # a run with stability >= this counts as "stable" in its cell
+BOOTSTRAP_RESAMPLES = 2000  # resamples of the seeds behind each IQM's 95% interval
+BOOTSTRAP_SEED = 0  # fixed, so that the same runs give the same table
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,13 +169,68 @@ def trapezoid_mean(xs: Sequence[float], ys: Sequence[float]) -> float | None:
   return float(area / span)
 
 
+def stability(evals: Sequence[float], target: float | None, hold: float | None) -> float | None:
+  """How well a run stays learnt once it has got there: ``evals`` are its evaluation returns in
+  the order they were made.
+
+  Among the evaluations strictly after the first one >= ``target``, the fraction >= ``hold``;
+  1.0 when that first one is the last evaluation (nothing after it fell). None (undefined) when
+  no evaluation reached ``target``, or the row has no target or no hold threshold.
+  """
+  if target is None or hold is None:
+    return None
+  first = next((i for i, r in enumerate(evals) if r >= target), None)
+  if first is None:
+    return None
+  after = evals[first + 1:]
+  if not after:
+    return 1.0
+  return sum(r >= hold for r in after) / len(after)
+
+
+def _trimmed_mean_sorted(values: np.ndarray) -> np.ndarray:
+  """The interquartile mean along the last axis: ``values`` [..., n], sorted along that axis;
+  returns [...]. int(0.25 n) values are cut from each end (scipy.stats.trim_mean(x, 0.25), as
+  rliable does) and the rest averaged."""
+  n = values.shape[-1]
+  cut = int(0.25 * n)
+  return values[..., cut:n - cut].mean(axis=-1)
+
+
+def iqm(values: Sequence[float]) -> float | None:
+  """The interquartile mean of ``values`` (n of them): sorted, int(0.25 n) cut from each end
+  (rliable's scipy.stats.trim_mean(x, 0.25)), the middle ones averaged; so for n = 8 the mean
+  of the middle 4, for n = 5 of the middle 3, for n < 4 of all. None when empty."""
+  if len(values) == 0:
+    return None
+  return float(_trimmed_mean_sorted(np.sort(np.asarray(values, np.float64))))
+
+
+def iqm_bootstrap_ci(values: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES,
+                     confidence: float = 0.95, seed: int = BOOTSTRAP_SEED
+                     ) -> tuple[float, float] | tuple[None, None]:
+  """Percentile-bootstrap interval of ``iqm(values)`` over the seeds: ``resamples`` draws of
+  n values from the n ``values`` with replacement, the IQM of each, and the (1 - confidence) / 2
+  and (1 + confidence) / 2 quantiles of those IQMs. Deterministic for a given ``seed``; a point
+  when all values are equal; (None, None) when empty."""
+  x = np.asarray(values, np.float64)
+  if x.size == 0:
+    return None, None
+  rng = np.random.default_rng(seed)
+  samples = np.sort(x[rng.integers(0, x.size, size=(resamples, x.size))], axis=1)
+  stats = _trimmed_mean_sorted(samples)  # [resamples]
+  lo, hi = np.quantile(stats, [(1 - confidence) / 2, (1 + confidence) / 2])
+  return float(lo), float(hi)
+
+
 def run_metrics(evals: Sequence[dict], target: float | None, hold: float | None) -> dict:
   """The per-run figures from summary.json's ``evals`` (in the order they were made).
 
   Returns best, final, last5 (mean of the last ``LAST_K``), the env steps / wall seconds / opt
   steps of the first evaluation >= ``target`` (None if none), auc (``trapezoid_mean`` over env
-  steps), solved (best >= target) and held (final and last5 >= ``hold``); solved / held are None
-  when the row has no target / hold, False when there are no evaluations.
+  steps), solved (best >= target), held (final and last5 >= ``hold``) and stability
+  (``stability``: None unless it reached the target); solved / held are None when the row has no
+  target / hold, False when there are no evaluations.
   """
   rewards = [float(e["eval_reward"]) for e in evals]
   first = next((e for e in evals if target is not None and e["eval_reward"] >= target), None)
@@ -166,6 +243,7 @@ def run_metrics(evals: Sequence[dict], target: float | None, hold: float | None)
       "target_wall_s": first["wall_s"] if first else None,
       "target_opt_steps": first["opt_steps"] if first else None,
       "auc": trapezoid_mean([e["env_steps"] for e in evals], rewards),
+      "stability": stability(rewards, target, hold),
   }
   out["solved"] = None if target is None else bool(rewards) and out["best"] >= target
   out["held"] = (None if hold is None else
@@ -187,7 +265,11 @@ def aggregate(runs: Sequence[dict]) -> dict:
   seeds: the number of runs, failed among them; solved / held: how many (None for a report-only
   row); best / final / last5 / auc: median and worst (min) over the runs that did not fail;
   target_env_steps / target_wall_s: median and worst (max) over every run, one that never reached
-  the target or failed counting as infinite (reported as None), plus ``reached``: how many did.
+  the target or failed counting as infinite (reported as None), plus ``reached``: how many did;
+  stability: median and worst (min) over the runs that did not fail and reached the target, and
+  stable: how many of them have stability >= ``STABLE`` (None for a report-only row);
+  iqm_final / iqm_auc: {"iqm", "low", "high"}, the IQM over the runs that did not fail of the
+  final evaluation / the AUC and its bootstrap 95% interval over seeds (``iqm_bootstrap_ci``).
   """
   ok = [r for r in runs if not r["failed"]]
   target = next((r["target"] for r in runs), None)
@@ -204,6 +286,15 @@ def aggregate(runs: Sequence[dict]) -> dict:
     values = [math.inf if r["failed"] or r.get(key) is None else r[key] for r in runs]
     out[key] = {**_median_worst(values, worst=max),
                 "reached": sum(not math.isinf(v) for v in values)}
+  # r.get: records written before stability existed have no such key.
+  stabilities = [r["stability"] for r in ok if r.get("stability") is not None]
+  out["stability"] = _median_worst(stabilities)
+  out["stable"] = (None if target is None or hold is None else
+                   sum(x >= STABLE for x in stabilities))
+  for key in ("final", "auc"):
+    values = [r[key] for r in ok if r.get(key) is not None]
+    low, high = iqm_bootstrap_ci(values)
+    out[f"iqm_{key}"] = {"iqm": iqm(values), "low": low, "high": high}
   return out
 
 
@@ -353,8 +444,19 @@ def fmt_secs(x) -> str:
   return "-" if x is None else f"{x:.1f}"
 
 
+def fmt_stability(x) -> str:
+  return "-" if x is None else f"{x:.2f}"
+
+
 def pair(d: dict, fmt) -> str:
   return f"{fmt(d['median'])} / {fmt(d['worst'])}"
+
+
+def interval(d: dict, fmt) -> str:
+  """An IQM and its interval: "498.2 [471.0, 500.0]"; "-" when there were no values."""
+  if d["iqm"] is None:
+    return "-"
+  return f"{fmt(d['iqm'])} [{fmt(d['low'])}, {fmt(d['high'])}]"
 
 
 def frac(k, n) -> str:
@@ -364,8 +466,9 @@ def frac(k, n) -> str:
 def markdown(records: list[dict], cells: dict, header: list[str]) -> str:
   lines = [*header, "",
            "| row | mode | seeds | solved | held | best | final | last-5 mean "
-           "| env steps to target | wall s to target | AUC |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| env steps to target | wall s to target | AUC | stability | stable "
+           "| IQM final [95% CI] | IQM AUC [95% CI] |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
   for (row, mode), a in cells.items():
     seeds = f"{a['seeds']}" + (f" ({a['failed']} failed)" if a["failed"] else "")
     lines.append(
@@ -373,10 +476,12 @@ def markdown(records: list[dict], cells: dict, header: list[str]) -> str:
         f"| {frac(a['held'], a['seeds'])} | {pair(a['best'], fmt_return)} "
         f"| {pair(a['final'], fmt_return)} | {pair(a['last5'], fmt_return)} "
         f"| {pair(a['target_env_steps'], fmt_steps)} | {pair(a['target_wall_s'], fmt_secs)} "
-        f"| {pair(a['auc'], fmt_return)} |")
+        f"| {pair(a['auc'], fmt_return)} | {pair(a['stability'], fmt_stability)} "
+        f"| {frac(a['stable'], a['seeds'])} | {interval(a['iqm_final'], fmt_return)} "
+        f"| {interval(a['iqm_auc'], fmt_return)} |")
   lines += ["", "| row | mode | seed | best | final | last-5 mean | env steps to target "
-            "| wall s to target | AUC | env steps | wall s |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
+            "| wall s to target | AUC | env steps | wall s | stability |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
   for r in records:
     seed = f"{r['seed']}" + (f" (failed: {r['why']})" if r["failed"] else "")
     lines.append(
@@ -384,7 +489,7 @@ def markdown(records: list[dict], cells: dict, header: list[str]) -> str:
         f"| {fmt_return(r['final'])} | {fmt_return(r['last5'])} "
         f"| {fmt_steps(r['target_env_steps'])} | {fmt_secs(r['target_wall_s'])} "
         f"| {fmt_return(r['auc'])} | {fmt_steps(r['total_env_steps'])} "
-        f"| {fmt_secs(r['total_wall_s'])} |")
+        f"| {fmt_secs(r['total_wall_s'])} | {fmt_stability(r.get('stability'))} |")
   failed = [r for r in records if r["failed"]]
   if failed:
     lines += ["", "Failed runs (log tails in results.json):"]
@@ -407,14 +512,61 @@ def legend(rows: Sequence[str]) -> str:
       "evaluation >= target, median / worst (max), a seed that never got there counted as "
       "infinitely slow ('-'). AUC: trapezoid area under the eval-return curve over env steps "
       "divided by the env-step span from the first to the last evaluation, i.e. the mean eval "
-      "return over training, in return units.")
+      "return over training, in return units. Stability: of the evaluations after the first one "
+      ">= target, the fraction >= the hold threshold (1.00 when that first one was the last; '-' "
+      "when none reached the target), median / worst (min) over the seeds that reached the "
+      f"target; stable = seeds with stability >= {STABLE:g}, out of the seeds run. IQM: the "
+      "interquartile mean over seeds (sorted, a quarter cut from each end, rounded down, as "
+      "rliable's trim_mean(x, 0.25)) of the final evaluation / the AUC of the runs that did not "
+      f"fail, with its 95% percentile-bootstrap interval ({BOOTSTRAP_RESAMPLES} resamplings of "
+      "the seeds with replacement, a fixed random seed).")
 
 
+
+
+def worst_run(runs: Sequence[dict]) -> dict | None:
+  """The cell's worst seed among the runs that did not fail and have evaluations: the lowest
+  final evaluation, ties broken by the lowest last-5 mean (then the first in ``runs``)."""
+  ok = [r for r in runs if not r["failed"] and r.get("final") is not None]
+  return min(ok, key=lambda r: (r["final"], r["last5"]), default=None)
+
+
+# Above this many seeds the legend leaves out the per-seed lines (20 entries would hide the plot).
+LEGEND_MAX_SEEDS = 8
+
+
+def draw_cell(ax, row: str, mode: str, runs: Sequence[dict]) -> None:
+  """One cell's curves on ``ax``: ``jaxasync.plot.draw_curves`` (seeds thin, median bold, range
+  shaded), the worst seed (``worst_run``) highlighted when there are several, the target
+  dashed."""
+  drawn = [r for r in runs if r["curve"] and not r["failed"]]
+  curves = {f"seed {r['seed']}": ([p[0] for p in r["curve"]], [p[1] for p in r["curve"]])
+            for r in drawn}
+  draw_curves(ax, curves)
+  worst = worst_run(drawn)
+  if worst is not None and len(drawn) > 1:
+    xs, ys = zip(*worst["curve"])
+    ax.plot(xs, ys, color="tab:orange", lw=1.8, zorder=3,
+            label=f"worst: seed {worst['seed']} (final {fmt_return(worst['final'])})")
+  if ROWS[row].target is not None:
+    ax.axhline(ROWS[row].target, color="tab:red", ls="--", lw=1,
+               label=f"target {ROWS[row].target:g}")
+  failed = sum(r["failed"] for r in runs)
+  ax.set_title(f"{row}, {mode}, seeds {format_seeds([r['seed'] for r in runs])}"
+               + (f" ({failed} failed)" if failed else ""))
+  ax.set_xlabel("env steps")
+  ax.set_ylabel("eval return")
+  ax.grid(alpha=0.3)
+  handles, labels = ax.get_legend_handles_labels()
+  if len(curves) > LEGEND_MAX_SEEDS:
+    keep = [i for i, label in enumerate(labels) if label not in curves]
+    handles, labels = [handles[i] for i in keep], [labels[i] for i in keep]
+  ax.legend(handles, labels, fontsize=7, loc="best")
 
 
 def plot_cells(records: list[dict], out: Path) -> list[str]:
-  """One PNG per cell, drawn by ``jaxasync.plot.draw_curves`` (seeds thin, median bold, range
-  shaded); [] (and one line printed) when matplotlib is missing."""
+  """One PNG per cell, drawn by ``draw_cell``; [] (and one line printed) when matplotlib is
+  missing."""
   try:
     import matplotlib
     matplotlib.use("Agg")
@@ -427,20 +579,8 @@ def plot_cells(records: list[dict], out: Path) -> list[str]:
   for r in records:
     cells.setdefault((r["row"], r["mode"]), []).append(r)
   for (row, mode), runs in cells.items():
-    curves = {f"seed {r['seed']}": ([p[0] for p in r["curve"]], [p[1] for p in r["curve"]])
-              for r in runs if r["curve"] and not r["failed"]}
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
-    draw_curves(ax, curves)
-    if ROWS[row].target is not None:
-      ax.axhline(ROWS[row].target, color="tab:red", ls="--", lw=1,
-                 label=f"target {ROWS[row].target:g}")
-    seeds = " ".join(str(r["seed"]) for r in runs)
-    failed = sum(r["failed"] for r in runs)
-    ax.set_title(f"{row}, {mode}, seeds {seeds}" + (f" ({failed} failed)" if failed else ""))
-    ax.set_xlabel("env steps")
-    ax.set_ylabel("eval return")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+    draw_cell(ax, row, mode, runs)
     fig.tight_layout()
     path = out / f"{row}-{mode}.png"
     fig.savefig(path)
@@ -476,12 +616,57 @@ def run_matrix(jobs: list[Job], args: argparse.Namespace, git: dict) -> bool:
     else:
       reached = ("" if r["target"] is None else
                  f", target {r['target']:g} at {fmt_steps(r['target_env_steps'])} env steps "
-                 f"({fmt_secs(r['target_wall_s'])} s)" if r["solved"] else
+                 f"({fmt_secs(r['target_wall_s'])} s), stability "
+                 f"{fmt_stability(r['stability'])}" if r["solved"] else
                  f", target {r['target']:g} not reached")
       print(f"{name}: best {fmt_return(r['best'])} final {fmt_return(r['final'])} last-5 "
             f"{fmt_return(r['last5'])}{reached}; {fmt_steps(r['total_env_steps'])} env steps, "
             f"{status['process_wall_s']:.0f} s", flush=True)
   return False
+
+
+SEEDS_HELP = "integers and inclusive ranges: --seeds 0 1 2, --seeds 0-19, --seeds 0-4 10 12-13"
+
+
+def seed_spec(word: str) -> list[int]:
+  """One word of --seeds as the seeds it names: "7" -> [7], "0-4" -> [0, 1, 2, 3, 4] (both ends
+  included). Raises argparse.ArgumentTypeError, saying what is wrong and how to write it."""
+  if re.fullmatch(r"-?\d+", word):
+    return [int(word)]
+  m = re.fullmatch(r"(\d+)-(\d+)", word)
+  if m is None:
+    raise argparse.ArgumentTypeError(f"{word!r} is not a seed or a range of seeds; give "
+                                     f"{SEEDS_HELP}")
+  lo, hi = int(m[1]), int(m[2])
+  if lo > hi:
+    raise argparse.ArgumentTypeError(f"range {word!r} runs downwards; write it low-high: "
+                                     f"{hi}-{lo}")
+  return list(range(lo, hi + 1))
+
+
+def parse_seeds(words: Sequence[str]) -> list[int]:
+  """--seeds' words as one list of seeds, in the order given ("0-4 10 12-13" -> 0 1 2 3 4 10 12
+  13). Raises argparse.ArgumentTypeError on a bad word or on a seed named twice (its run
+  directory would be run, and counted, twice)."""
+  seeds = [seed for word in words for seed in seed_spec(word)]
+  twice = sorted({s for s in seeds if seeds.count(s) > 1})
+  if twice:
+    raise argparse.ArgumentTypeError(
+        f"seed(s) {' '.join(map(str, twice))} named more than once in {' '.join(words)!r}; "
+        "name each seed once")
+  return seeds
+
+
+def format_seeds(seeds: Sequence[int]) -> str:
+  """Seeds as --seeds would take them, consecutive runs as ranges: [0, 1, 2, 3, 4, 10, 12, 13]
+  -> "0-4 10 12-13" (the inverse of ``parse_seeds``, order kept)."""
+  spans: list[list[int]] = []  # [first, last] of each run of consecutive seeds
+  for seed in seeds:
+    if spans and seed == spans[-1][1] + 1:
+      spans[-1][1] = seed
+    else:
+      spans.append([seed, seed])
+  return " ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -490,7 +675,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
   p.add_argument("--rows", nargs="+", choices=list(ROWS),
                  default=[name for name, row in ROWS.items() if row.default])
   p.add_argument("--modes", nargs="+", choices=list(MODES), default=["sync", "thread", "process"])
-  p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
+  # Strings here, expanded below: a range's error then names the word as written.
+  p.add_argument("--seeds", nargs="+", default=["0-4"], help=SEEDS_HELP)
   p.add_argument("--out", default="bench_learning_out",
                  help="runs, results.json, results.md and the PNGs go here")
   p.add_argument("--resume", action="store_true",
@@ -502,7 +688,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                       "(repeatable): --extra \"--max-opts 20000 --eval-interval 500\"; one flag alone "
                       "needs the '=': --extra=--agent.no-munchausen")
   p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
-  return p.parse_args(argv)
+  args = p.parse_args(argv)
+  try:
+    args.seeds = parse_seeds(args.seeds)
+  except argparse.ArgumentTypeError as e:
+    p.error(f"argument --seeds: {e}")
+  return args
 
 
 def main(argv: Sequence[str] | None = None) -> dict | None:

@@ -67,6 +67,85 @@ def test_never_reaching_the_target_is_none_and_not_solved():
   assert empty["solved"] is False and empty["held"] is False
 
 
+def test_stability_by_hand():
+  rewards = [e["eval_reward"] for e in EVALS]  # 10 200 480 500 460 440; target 475, hold 450
+  # first >= 475 is 480 (the 3rd); after it 500, 460, 440: two of three >= 450
+  assert bl.stability(rewards, 475.0, 450.0) == pytest.approx(2 / 3)
+  assert bl.run_metrics(EVALS, 475.0, 450.0)["stability"] == pytest.approx(2 / 3)
+  assert bl.stability(rewards, 475.0, 400.0) == 1.0  # all three >= 400
+  assert bl.stability(rewards, 490.0, 450.0) == 0.5  # after 500: 460 yes, 440 no
+  assert bl.stability([480.0, 450.0, 449.9], 475.0, 450.0) == 0.5  # >= hold counts, at it too
+  assert bl.stability([480.0, 100.0, 100.0], 475.0, 450.0) == 0.0  # learnt, then fell for good
+  # the first evaluation >= target counts from there even if an earlier one was close
+  assert bl.stability([474.0, 100.0, 476.0, 460.0], 475.0, 450.0) == 1.0
+  # the first >= target is the last evaluation: nothing after it fell
+  assert bl.stability(rewards[:3], 475.0, 450.0) == 1.0
+  assert bl.stability([500.0], 475.0, 450.0) == 1.0
+  # never reached, no evaluations, or no target / hold: undefined
+  assert bl.stability(rewards, 600.0, 450.0) is None
+  assert bl.run_metrics(EVALS, 600.0, 450.0)["stability"] is None
+  assert bl.stability([], 475.0, 450.0) is None
+  assert bl.stability(rewards, None, None) is None and bl.stability(rewards, 475.0, None) is None
+  assert bl.run_metrics([], 475.0, 450.0)["stability"] is None
+
+
+def test_iqm_by_hand_and_as_scipy_trim_mean():
+  # 8 values: the middle 4 of -50 0 10 20 30 40 100 1000 -> (10 + 20 + 30 + 40) / 4
+  assert bl.iqm([0, 100, 10, 20, 30, 40, 1000, -50]) == 25.0
+  assert bl.iqm([1, 2, 3, 4, 100]) == 3.0  # n = 5: int(1.25) = 1 cut each end -> 2 3 4
+  assert bl.iqm([5, 1, 3, 2, 4, 100]) == 3.5  # n = 6: int(1.5) = 1 -> 2 3 4 5
+  assert bl.iqm([1, 2, 100]) == pytest.approx(103 / 3)  # n < 4: nothing cut
+  assert bl.iqm([7.0]) == 7.0 and bl.iqm([]) is None
+  stats = pytest.importorskip("scipy.stats")
+  rng = np.random.default_rng(1)
+  for n in range(1, 14):
+    x = rng.normal(300, 100, n)
+    assert bl.iqm(x) == pytest.approx(stats.trim_mean(x, 0.25)), n
+
+
+def test_iqm_bootstrap_interval():
+  values = [500.0, 500.0, 480.0, 120.0, 500.0, 495.0, 300.0, 500.0, 470.0, 500.0]
+  lo, hi = bl.iqm_bootstrap_ci(values)
+  assert lo <= bl.iqm(values) <= hi and lo < hi
+  assert min(values) <= lo and hi <= max(values)
+  assert bl.iqm_bootstrap_ci(values) == (lo, hi)  # a fixed seed: the same table every time
+  lo90, hi90 = bl.iqm_bootstrap_ci(values, confidence=0.9)  # a 90% interval lies inside
+  assert lo <= lo90 <= hi90 <= hi
+  assert bl.iqm_bootstrap_ci([500.0] * 7) == (500.0, 500.0)  # constant: a point
+  assert bl.iqm_bootstrap_ci([42.0]) == (42.0, 42.0)
+  assert bl.iqm_bootstrap_ci([]) == (None, None)
+  # two seeds: a resample is both of one seed with probability 1/4 each, so the 2.5% and 97.5%
+  # quantiles of 2000 resamples are the two values themselves.
+  assert bl.iqm_bootstrap_ci([300.0, 500.0]) == (300.0, 500.0)
+
+
+def test_seed_ranges():
+  assert bl.parse_seeds(["0-4", "10", "12-13"]) == [0, 1, 2, 3, 4, 10, 12, 13]
+  assert bl.parse_seeds(["3", "1", "2"]) == [3, 1, 2]  # the old form, order kept
+  assert bl.parse_seeds(["5-5"]) == [5]
+  assert bl.parse_args(["--seeds", "0-19"]).seeds == list(range(20))
+  assert bl.parse_args(["--seeds", "0", "1", "2"]).seeds == [0, 1, 2]
+  assert bl.parse_args([]).seeds == [0, 1, 2, 3, 4]
+  assert bl.format_seeds([0, 1, 2, 3, 4, 10, 12, 13]) == "0-4 10 12-13"
+  assert bl.format_seeds(list(range(20))) == "0-19" and bl.format_seeds([3, 1]) == "3 1"
+  for words in (["0-19"], ["0-4", "10", "12-13"], ["3", "1", "2"]):
+    assert bl.parse_seeds(bl.format_seeds(bl.parse_seeds(words)).split()) == bl.parse_seeds(words)
+
+
+@pytest.mark.parametrize("words, says", [
+    (["5-2"], "'5-2' runs downwards; write it low-high: 2-5"),
+    (["a"], "'a' is not a seed or a range of seeds; give integers and inclusive ranges"),
+    (["0-"], "'0-' is not a seed"),
+    (["0-4", "3"], "seed(s) 3 named more than once"),
+])
+def test_bad_seeds_give_one_error_line(words, says, capsys):
+  with pytest.raises(SystemExit) as e:
+    bl.parse_args(["--seeds", *words])
+  assert e.value.code == 2
+  (line,) = [l for l in capsys.readouterr().err.splitlines() if "error" in l]
+  assert "argument --seeds: " in line and says in line
+
+
 def _run(best_at, steps_to_target, wall_to_target, failed=False, target=475.0):
   """A run_metrics-like dict: best = final = last5 = auc = best_at."""
   solved = steps_to_target is not None
@@ -98,6 +177,80 @@ def test_aggregate_medians_and_worsts():
   assert a["target_env_steps"]["median"] is None
   assert bl.pair(a["target_env_steps"], bl.fmt_steps) == "- / -"
   assert bl.aggregate([_run(500.0, None, None, target=None)])["solved"] is None
+
+
+def test_aggregate_stability_and_iqm():
+  def run(best_at, steps, stab, failed=False):
+    return {**_run(best_at, steps, None if steps is None else 1.0, failed), "stability": stab}
+  runs = [run(500.0, 3000, 1.0), run(490.0, 5000, 0.9), run(300.0, None, None),
+          run(480.0, 4000, 0.96), run(100.0, 2000, 1.0, failed=True)]
+  a = bl.aggregate(runs)
+  # over the runs that did not fail and reached the target: 1.0, 0.9, 0.96
+  assert a["stability"] == {"median": 0.96, "worst": 0.9}
+  assert a["stable"] == 2  # 1.0 and 0.96 >= 0.95; the failed run's 1.0 does not count
+  # IQM over the 4 that did not fail, 300 480 490 500: one cut from each end -> (480 + 490) / 2
+  for key in ("iqm_final", "iqm_auc"):
+    assert a[key]["iqm"] == 485.0
+    assert a[key]["low"] <= 485.0 <= a[key]["high"]
+    assert (a[key]["low"], a[key]["high"]) == bl.iqm_bootstrap_ci([500.0, 490.0, 300.0, 480.0])
+  assert bl.interval(a["iqm_final"], bl.fmt_return).startswith("485.0 [")
+  # none reached the target: no stability; report-only row: no count either
+  a = bl.aggregate([run(300.0, None, None)])
+  assert a["stability"] == {"median": None, "worst": None} and a["stable"] == 0
+  assert bl.pair(a["stability"], bl.fmt_stability) == "- / -"
+  assert bl.aggregate([{**run(300.0, None, None), "target": None, "hold": None}])["stable"] is None
+  # every run failed: no IQM
+  a = bl.aggregate([run(500.0, 3000, 1.0, failed=True)])
+  assert a["iqm_final"] == {"iqm": None, "low": None, "high": None}
+  assert bl.interval(a["iqm_final"], bl.fmt_return) == "-"
+
+
+def _curve_run(seed, ys, failed=False):
+  return {"seed": seed, "failed": failed, "final": ys[-1], "last5": float(np.mean(ys[-5:])),
+          "curve": [[1000 * (i + 1), y] for i, y in enumerate(ys)]}
+
+
+def test_worst_run_is_lowest_final_then_lowest_last5():
+  runs = [_curve_run(0, [100.0, 500.0, 500.0]), _curve_run(1, [400.0, 450.0, 300.0]),
+          _curve_run(2, [100.0, 200.0, 300.0]), _curve_run(3, [0.0, 0.0, 0.0], failed=True)]
+  # seeds 1 and 2 both end at 300; seed 2's last-5 mean (200) is the lower; failed seed 3 is out
+  assert bl.worst_run(runs)["seed"] == 2
+  assert bl.worst_run(runs[:2])["seed"] == 1
+  assert bl.worst_run(runs[3:]) is None and bl.worst_run([]) is None
+
+
+def test_cell_plot_highlights_the_worst_seed(monkeypatch):
+  pytest.importorskip("matplotlib")
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  monkeypatch.setitem(bl.ROWS, "fake", bl.Row("fake.py", target=475.0, hold=450.0, default=False))
+  runs = [{**_curve_run(s, [100.0, 480.0, 500.0 - 10 * s]), "row": "fake", "mode": "sync"}
+          for s in range(3)] + [{**_curve_run(3, [0.0]), "failed": True, "row": "fake",
+                                 "mode": "sync"}]
+  fig, ax = plt.subplots()
+  bl.draw_cell(ax, "fake", "sync", runs)
+  worst = [l for l in ax.get_lines() if l.get_label().startswith("worst")]
+  assert [l.get_label() for l in worst] == ["worst: seed 2 (final 480.0)"]
+  assert list(worst[0].get_ydata()) == [100.0, 480.0, 480.0]
+  labels = [t.get_text() for t in ax.get_legend().get_texts()]
+  assert {"seed 0", "median", "worst: seed 2 (final 480.0)", "target 475"} <= set(labels)
+  assert ax.get_title() == "fake, sync, seeds 0-3 (1 failed)"
+  plt.close(fig)
+  # one seed: nothing to compare it with, no highlight
+  fig, ax = plt.subplots()
+  bl.draw_cell(ax, "fake", "sync", runs[:1])
+  assert not [l for l in ax.get_lines() if l.get_label().startswith("worst")]
+  plt.close(fig)
+  # many seeds: the legend leaves out the per-seed lines, keeps the median and the worst
+  many = [{**_curve_run(s, [100.0, 480.0, 500.0 - s]), "row": "fake", "mode": "sync"}
+          for s in range(bl.LEGEND_MAX_SEEDS + 1)]
+  fig, ax = plt.subplots()
+  bl.draw_cell(ax, "fake", "sync", many)
+  labels = [t.get_text() for t in ax.get_legend().get_texts()]
+  assert not [l for l in labels if l.startswith("seed")]
+  assert f"worst: seed {bl.LEGEND_MAX_SEEDS} (final {500.0 - bl.LEGEND_MAX_SEEDS:.1f})" in labels
+  plt.close(fig)
 
 
 def test_median_curve_interpolates_on_a_common_grid():
@@ -160,7 +313,7 @@ def test_matrix_runs_records_failures_and_resumes(tmp_path, monkeypatch, capsys)
   monkeypatch.setitem(bl.ROWS, "fake", bl.Row(str(fake), ("--env-id", "Fake-v0"), target=475.0,
                                               hold=450.0, default=False))
   out = tmp_path / "out"
-  argv = ["--rows", "fake", "--modes", "sync", "--seeds", "0", "1", "2", "3", "--out", str(out),
+  argv = ["--rows", "fake", "--modes", "sync", "--seeds", "0-1", "2", "3", "--out", str(out),
           "--timeout", "2"]
   result = bl.main(argv)
   runs = {r["seed"]: r for r in result["runs"]}
@@ -173,9 +326,21 @@ def test_matrix_runs_records_failures_and_resumes(tmp_path, monkeypatch, capsys)
   (cell,) = result["cells"]
   assert (cell["seeds"], cell["failed"], cell["solved"], cell["held"]) == (4, 2, 1, 1)
   assert cell["best"] == {"median": 400.0, "worst": 300.0}
+  # seed 0: 250 then 500 five times -> reached at the 2nd, all four after >= 450; seed 1 never
+  assert runs[0]["stability"] == 1.0 and runs[1]["stability"] is None
+  assert cell["stability"] == {"median": 1.0, "worst": 1.0} and cell["stable"] == 1
+  # IQM of two seeds (nothing cut) is their mean; see test_iqm_bootstrap_interval for the ends
+  assert cell["iqm_final"] == {"iqm": 400.0, "low": 300.0, "high": 500.0}
+  assert cell["iqm_auc"] == {"iqm": 380.0, "low": 285.0, "high": 475.0}  # (475 + 285) / 2
   md = (out / "results.md").read_text()
   assert "| fake | sync | 4 (2 failed) | 1/4 | 1/4 | 400.0 / 300.0 |" in md
   assert "| fake | sync | 1 | 300.0 | 300.0 | 300.0 | - | - | 285.0 | 4,000 | 4.5 |" in md
+  assert "| fake | sync | 1 | 300.0 | 300.0 | 300.0 | - | - | 285.0 | 4,000 | 4.5 | - |" in md
+  assert "| 2,000 | 2.0 | 475.0 | 4,000 | 4.5 | 1.00 |" in md  # seed 0's row ends so
+  assert ("| 1.00 / 1.00 | 1/4 | 400.0 [300.0, 500.0] | 380.0 [285.0, 475.0] |" in md)
+  saved = json.loads((out / "results.json").read_text())
+  assert saved["cells"][0]["iqm_final"] == cell["iqm_final"]
+  assert [r["stability"] for r in saved["runs"]] == [1.0, None, None, None]
   assert md in capsys.readouterr().out
   assert json.loads((out / "results.json").read_text())["runs"][0]["command"][1] == str(fake)
   assert (out / "runs" / "fake" / "sync" / "seed0" / "log.txt").read_text().count("training") == 1
