@@ -19,6 +19,44 @@ from jaxasync.faults import NonFiniteError, Watchdog, all_finite, logger
 from jaxasync.learner import Learner
 from jaxasync.recorder import Recorder
 
+# The learning-health figures summary.json's ``health`` series keeps from each record (those
+# present: an agent records its own). Where each comes from: the replay source
+# (``replay_terminal_fraction``, ``q_bound``, ``q_floor``), the agents' update metrics (the rest).
+HEALTH_KEYS = ("q_mean", "q_max", "q_bound", "q_floor", "action_gap", "replay_terminal_fraction",
+               "grad_norm", "critic_grad_norm", "actor_grad_norm", "entropy")
+# q_max counts as over q_bound beyond the margin ``REL * scale + ABS``, ``scale`` the size of
+# the values the replay spans, ``max(|q_bound|, |q_floor|)`` (``|q_bound|`` when all are >= 0).
+# A value learned by regression misses its target by a fit error that grows with that scale:
+# 5% of it lets a healthy run sit at the bound (5 units at CartPole's 100, where the runs that
+# collapsed had even their q_mean above 100). The scale is the span, not the bound alone,
+# because a bound near 0 with values far below it (Pendulum: 0 and -1,600) leaves no room
+# for that error: a healthy SAC Pendulum run (eval -142 after 8k env steps) had q_max 0.6-8.6
+# units above its bound (-8.6 early, -0.001 from 2.5k env steps on) in 13 of its 14 records.
+# The absolute unit keeps a bound and floor both near 0 (sparse rewards) from being crossed
+# by noise of about one reward.
+OVERESTIMATION_MARGIN_REL = 0.05
+OVERESTIMATION_MARGIN_ABS = 1.0
+# Records in a row over the bound before the warning: one record's q_max is the largest Q of
+# one call's batches, so a single record can be one badly fitted state; three in a row (1,500
+# SGD steps at the default record interval) is a trend.
+OVERESTIMATION_RECORDS = 3
+
+
+def overestimation_margin(q_bound: float, q_floor: float | None = None) -> float:
+  """How far ``q_max`` may exceed ``q_bound`` before it counts as over it:
+  ``REL * max(|q_bound|, |q_floor|) + ABS`` (``q_floor`` ``None``: ``|q_bound|`` alone)."""
+  scale = abs(q_bound) if q_floor is None else max(abs(q_bound), abs(q_floor))
+  return OVERESTIMATION_MARGIN_REL * scale + OVERESTIMATION_MARGIN_ABS
+
+
+def over_bound(values: dict) -> bool | None:
+  """Whether a record's ``q_max`` exceeds its ``q_bound`` by more than the margin; ``None``
+  when the record lacks either (no Q-values, or no finite bound)."""
+  if values.get("q_max") is None or values.get("q_bound") is None:
+    return None
+  return values["q_max"] > values["q_bound"] + overestimation_margin(values["q_bound"],
+                                                                     values.get("q_floor"))
+
 
 class RunLedger:
   """The run's books, kept by the learner loop: evaluations and the best one (saved as ``best``),
@@ -41,6 +79,9 @@ class RunLedger:
     self.error: str | None = None  # what ended the run, for the summary
     self.failure: BaseException | None = None  # set by the watchdog thread
     self.warnings: list[str] = []
+    self.health: list[dict] = []  # per record: opt_steps, env_steps and the HEALTH_KEYS present
+    self.over_bound_streak = 0  # records in a row with q_max over q_bound (``over_bound``)
+    self.overestimation_warned = False  # (once per run, resumes included)
     self.last_checkpoint: Path | None = None  # the last numbered or final one written
     self.resumes = 0  # times this run was resumed from a checkpoint
     self._writer: threading.Thread | None = None  # a background save in flight
@@ -164,10 +205,14 @@ class RunLedger:
 
   def state_dict(self) -> dict:
     """The books a resumed run continues: evaluations, the best, when it was solved, how
-    many times the run was resumed (``resumes``, counted by ``load_state_dict``)."""
+    many times the run was resumed (``resumes``, counted by ``load_state_dict``), the health
+    series, the warnings and the overestimation watch."""
     return {"best_eval_reward": _json_safe(float(self.best_eval_reward)),
             "final_eval_reward": _json_safe(float(self.final_eval_reward)),
-            "evals": self.evals, "solved_at": self.solved_at, "resumes": self.resumes}
+            "evals": self.evals, "solved_at": self.solved_at, "resumes": self.resumes,
+            "health": _json_safe(self.health), "warnings": list(self.warnings),
+            "over_bound_streak": self.over_bound_streak,
+            "overestimation_warned": self.overestimation_warned}
 
   def load_state_dict(self, state: dict) -> None:
     best = state.get("best_eval_reward")
@@ -177,6 +222,10 @@ class RunLedger:
     self.evals = list(state.get("evals", []))
     self.solved_at = state.get("solved_at")
     self.resumes = int(state.get("resumes", 0)) + 1
+    self.health = list(state.get("health", []))
+    self.warnings[:] = state.get("warnings", [])  # (in place: the watchdog appends to it)
+    self.over_bound_streak = int(state.get("over_bound_streak", 0))
+    self.overestimation_warned = bool(state.get("overestimation_warned", False))
 
   def check_finite(self, state, what: str) -> None:
     """Raises ``NonFiniteError`` instead of letting non-finite ``state`` be saved as ``what``."""
@@ -213,6 +262,32 @@ class RunLedger:
     if target is not None and reward >= target and self.solved_at is None:
       self.solved_at = {"env_steps": env_steps, "opt_steps": opt_steps, "wall_s": wall}
 
+  def on_record(self, opt_steps: int, env_steps: int, values: dict) -> None:
+    """Keeps a record's health figures (the summary's ``health`` series) and watches them:
+    once ``q_max`` has been over ``q_bound`` (``over_bound``) for ``OVERESTIMATION_RECORDS``
+    records in a row, warns, once per run (the log and the summary's ``warnings``; the run
+    goes on). A record without both figures ends a streak."""
+    health = {k: float(values[k]) for k in HEALTH_KEYS if k in values}
+    if health:
+      self.health.append({"opt_steps": opt_steps, "env_steps": env_steps, **health})
+    self.over_bound_streak = self.over_bound_streak + 1 if over_bound(health) else 0
+    if self.over_bound_streak >= OVERESTIMATION_RECORDS and not self.overestimation_warned:
+      self.overestimation_warned = True
+      msg = self._overestimation_message(opt_steps, env_steps, health)
+      self.warnings.append(msg)
+      logger.warning(msg)
+
+  def _overestimation_message(self, opt_steps: int, env_steps: int, health: dict) -> str:
+    q_max, q_bound = health["q_max"], health["q_bound"]
+    config = getattr(self.learner.agent, "config", None)
+    fix = ("--agent.layer-norm or a lower learning rate"
+           if getattr(config, "layer_norm", None) is False else "a lower learning rate")
+    return (f"Q-values above the largest return the replay supports at SGD step {opt_steps} "
+            f"(env step {env_steps}): q_max {q_max:.4g} > q_bound {q_bound:.4g} + margin "
+            f"{overestimation_margin(q_bound, health.get('q_floor')):.3g} for {self.over_bound_streak} records in a "
+            f"row. This is overestimation, often followed by a collapse of the policy; try "
+            f"{fix}.")
+
   def evaluate_final(self, evaluate: Callable[[], float], env_steps: int) -> None:
     """Ends the run with ``evaluate()`` of its final params, so that ``final_eval_reward`` is
     always the return of what ``final`` holds: when evaluation is on, SGD steps were taken
@@ -236,6 +311,7 @@ class RunLedger:
         "seed": self.config.seed,
         "solved_at": self.solved_at, "evals": self.evals, "interrupted": self.interrupted,
         "error": self.error, "warnings": self.warnings, "resumes": self.resumes,
+        "health": self.health,
     }
     if opt == 0 and self.error is None:
       msg = (f"the run ended without a single SGD step ({env_steps} env steps collected, "

@@ -318,6 +318,7 @@ class LearnerLoop:
     if self._returns[1]:
       values["train_episode_return"] = self._returns[0] / self._returns[1]
     self.recorder.record(opt, values)
+    self.ledger.on_record(opt, self.env_steps, values)  # (the health series and its watch)
     self._lags, self._returns = [0, 0, 0, 0], [0.0, 0]
     self._last_record = (now, self.inserted, self.env_steps, opt)
     run = self.ledger

@@ -12,6 +12,10 @@ over extrapolated values). Evaluations come from a run's ``summary.json`` (env s
 seconds, return); throughput (env steps/s, SGD steps/s, samples/s) from its TensorBoard event
 files, read with tensorboardX's protobufs (no TensorFlow or TensorBoard needed).
 
+``--health`` also writes ``health.png`` (``plot_health``): per run, its evaluations over env
+steps above its summary's ``health`` series (Q-values against the replay's return bound,
+action gap, terminal fraction of the replay, gradient norms, policy entropy).
+
 Needs matplotlib (``pip install 'jaxasync[plot]'``).
 """
 
@@ -25,6 +29,8 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+
+from jaxasync.ledger import overestimation_margin
 
 Curve = tuple[Sequence[float], Sequence[float]]  # (xs ascending, ys)
 
@@ -94,6 +100,25 @@ def read_evals(run_dir: str | Path) -> list[dict]:
     return []
   return [e for e in json.loads(path.read_text()).get("evals", [])
           if e.get("eval_reward") is not None]
+
+
+def read_summary(run: str | Path | dict) -> dict:
+  """A run's summary: ``run`` itself when it is one (a dict), else the ``summary.json`` at
+  ``run`` (a file) or in it (a run directory)."""
+  if isinstance(run, dict):
+    return run
+  path = Path(run)
+  path = path / "summary.json" if path.is_dir() else path
+  if not path.exists():
+    raise FileNotFoundError(f"{path} does not exist; pass a run's --logdir or its summary.json.")
+  return json.loads(path.read_text())
+
+
+def health_curve(health: Sequence[dict], key: str) -> Curve:
+  """``(env_steps, values)`` of ``key`` over a summary's ``health`` records that have it
+  (``None``: a non-finite value, dropped)."""
+  rows = [r for r in health if r.get(key) is not None]
+  return [r["env_steps"] for r in rows], [r[key] for r in rows]
 
 
 def configuration(run_dir: str | Path) -> str:
@@ -192,6 +217,79 @@ def plot_runs(run_dirs: Sequence[str | Path], out: str | Path | None = None,
   return written
 
 
+# plot_health's panels, top to bottom: (title, keys drawn as lines, key drawn dashed). A panel
+# is drawn when some run recorded one of its keys; q_bound comes with the overestimation
+# watch's threshold, dotted (jaxasync.ledger.over_bound). The gradient norms are the agents' (DQN,
+# IMPALA, PPO: grad_norm; SAC: its critic's and its actor's), before clipping.
+HEALTH_PANELS = (
+    ("Q-values and the replay's return bound", ("q_max", "q_mean"), "q_bound"),
+    ("action gap (median)", ("action_gap",), None),
+    ("terminal fraction of the replay", ("replay_terminal_fraction",), None),
+    ("gradient norm", ("grad_norm", "critic_grad_norm", "actor_grad_norm"), None),
+    ("policy entropy", ("entropy",), None),
+)
+
+
+def plot_health(runs: Sequence[str | Path | dict], out: str | Path | None = None,
+                labels: Sequence[str] | None = None):
+  """Learning health over env steps, one column per run (``read_summary``: summaries, their
+  paths or run directories): the evaluation returns, then ``HEALTH_PANELS`` from each
+  summary's ``health`` series, rows sharing their y axis so runs compare at a glance, and the
+  run's warnings under its column's title. Writes a PNG to ``out`` when given; returns the
+  matplotlib ``Figure``."""
+  plt = _pyplot()
+  if not runs:
+    raise ValueError("name at least one run (a summary, its summary.json, or a run directory).")
+  summaries = [read_summary(r) for r in runs]
+  if labels is None:
+    labels = [f"run {i}" if isinstance(r, dict) else
+              (Path(r).name if Path(r).is_dir() else Path(r).stem) for i, r in enumerate(runs)]
+  panels = [p for p in HEALTH_PANELS
+            if any(health_curve(s.get("health", []), k)[0] for s in summaries
+                   for k in (*p[1], p[2]) if k)]
+  rows = 1 + len(panels)
+  fig, axes = plt.subplots(rows, len(summaries), figsize=(4.6 * len(summaries), 2.2 * rows),
+                           dpi=100, squeeze=False, sharey="row")
+  for j, (summary, label) in enumerate(zip(summaries, labels)):
+    warned = any("Q-values above" in w for w in summary.get("warnings") or [])
+    axes[0, j].set_title(f"{label}\neval return" + (" (overestimation warned)" if warned else ""),
+                         fontsize=9)
+    evals = sorted((e for e in summary.get("evals", []) if e.get("eval_reward") is not None),
+                   key=lambda e: e["env_steps"])
+    axes[0, j].plot([e["env_steps"] for e in evals], [e["eval_reward"] for e in evals],
+                    marker=".", color="black")
+    health = summary.get("health", [])
+    for ax, (title, keys, dashed) in zip(axes[1:, j], panels):
+      for key in keys:
+        xs, ys = health_curve(health, key)
+        if xs:
+          ax.plot(xs, ys, lw=1.2, label=key)
+      if dashed:
+        xs, ys = health_curve(health, dashed)
+        if xs:
+          ax.plot(xs, ys, ls="--", color="tab:red", lw=1.2, label=dashed)
+        if dashed == "q_bound" and xs:  # where the overestimation watch starts counting
+          rows = [r for r in health if r.get("q_bound") is not None]
+          ax.plot(xs, [r["q_bound"] + overestimation_margin(r["q_bound"], r.get("q_floor"))
+                       for r in rows], ls=":", color="tab:red", lw=1.0, label="+ margin")
+      if ax.lines:
+        ax.legend(fontsize=6, loc="best")
+      else:
+        ax.text(0.5, 0.5, "not recorded", ha="center", va="center", transform=ax.transAxes,
+                fontsize=8, color="gray")
+      ax.set_title(title, fontsize=8)
+  for ax in axes.ravel():
+    ax.grid(alpha=0.3)
+    ax.tick_params(labelsize=7)
+  for ax in axes[-1]:
+    ax.set_xlabel("env steps", fontsize=8)
+  fig.tight_layout()
+  if out is not None:
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+  return fig
+
+
 def _short(group: str, n: int) -> str:
   parts = Path(group).parts[-3:]
   return "/".join(parts) + (f" ({n} seeds)" if n > 1 else "")
@@ -203,8 +301,14 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
   parser.add_argument("runs", nargs="+", help="run directories (each a --logdir)")
   parser.add_argument("--out", default=None, help="where the PNGs go (default: the first run)")
   parser.add_argument("--target", type=float, default=None, help="a dashed target return")
+  parser.add_argument("--health", action="store_true",
+                      help="also write health.png (plot_health: one column per run)")
   args = parser.parse_args(argv)
   written = plot_runs(args.runs, args.out, args.target)
+  if args.health:
+    path = Path(args.out if args.out is not None else args.runs[0]) / "health.png"
+    _pyplot().close(plot_health(args.runs, path))
+    written.append(path)
   for path in written:
     print(path)
   return written

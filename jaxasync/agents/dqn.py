@@ -448,7 +448,9 @@ class DQN(Agent):
       priority = per_item  # cross-entropy, as in Rainbow
       q_mean = jnp.mean(jnp.sum(jax.nn.softmax(online_tm1, -1) * self.atoms, -1))
     loss = jnp.mean(weights * per_item)
-    return loss, (jax.lax.stop_gradient(priority), {"loss": loss, "q_mean": q_mean})
+    return loss, (jax.lax.stop_gradient(priority), {
+        "loss": loss, "q_mean": q_mean,  # (the forward pass below is online_tm1's: XLA shares it)
+        **greedy_q_metrics(jax.lax.stop_gradient(self.q_values(params, batch.obs, k_tm1)))})
 
   def _sgd_step(self, state: DQNState, inputs) -> tuple[DQNState, tuple]:
     batch, weights = inputs
@@ -499,3 +501,20 @@ def _mean_abs_sigma(params: PyTree) -> jnp.ndarray:
   sigmas = [jnp.abs(x).ravel() for path, x in flat
             if str(getattr(path[-1], "key", "")).startswith("sigma_")]
   return jnp.mean(jnp.concatenate(sigmas)) if sigmas else jnp.zeros(())
+
+
+def greedy_q_metrics(q: jnp.ndarray) -> dict[str, jnp.ndarray]:
+  """Health figures of a batch's Q-values ``q`` ``[B, A]`` (expected Q; the minimum over an
+  ensemble's networks), as scalars:
+
+  * ``action_gap``: the median over the batch of ``Q(s, a_1) - Q(s, a_2)``, the best action's
+    value minus the second best's: how far the greedy action is from flipping (0 with one
+    action);
+  * ``q_max``: ``max_b max_a Q(s_b, a)``, to compare with the replay's ``q_bound``.
+  """
+  if q.shape[-1] < 2:
+    gap = jnp.zeros((), q.dtype)
+  else:
+    top2 = jax.lax.top_k(q, 2)[0]  # [B, 2], descending
+    gap = jnp.median(top2[:, 0] - top2[:, 1])
+  return {"action_gap": gap, "q_max": jnp.max(q)}

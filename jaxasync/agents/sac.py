@@ -48,6 +48,9 @@ from jaxasync.types import Transition
 
 PyTree = Any
 
+# The metrics of the policy step, averaged over the SGD steps that took one (policy_delay).
+_POLICY_METRICS = ("actor_loss", "entropy", "actor_grad_norm")
+
 
 @dataclasses.dataclass(frozen=True)
 class SACConfig:
@@ -314,7 +317,10 @@ class SAC(Agent):
     td = q - target[None]
     loss = 0.5 * jnp.sum(jnp.mean(weights[None] * jnp.square(td), axis=-1))
     return loss, (jax.lax.stop_gradient(jnp.mean(jnp.abs(td), axis=0)),
-                  {"critic_loss": loss, "q_mean": jnp.mean(q)})
+                  {"critic_loss": loss, "q_mean": jnp.mean(q),
+                   # (the twins' minimum: the value the target and the actor use, as DQN's
+                   # ensemble; compared with the replay's q_bound)
+                   "q_max": jnp.max(jnp.min(q, axis=0))})
 
   def actor_loss(self, actor_params: PyTree, critic_params: PyTree, temperature: jnp.ndarray,
                  obs: jnp.ndarray, key: chex.PRNGKey) -> tuple[jnp.ndarray, jnp.ndarray]:
@@ -340,7 +346,8 @@ class SAC(Agent):
       t_update, temperature_opt_state = self.temperature_optimizer.update(
           t_grad, state.temperature_opt_state)
       log_temperature = optax.apply_updates(state.log_temperature, t_update)
-    metrics = {"actor_loss": loss, "entropy": -jnp.mean(log_prob)}
+    metrics = {"actor_loss": loss, "entropy": -jnp.mean(log_prob),
+               "actor_grad_norm": optax.tree.norm(grads)}  # (before clipping)
     return actor_params, actor_opt_state, log_temperature, temperature_opt_state, metrics
 
   def _sgd_step(self, state: SACState, inputs) -> tuple[SACState, tuple]:
@@ -361,7 +368,7 @@ class SAC(Agent):
       updated = jnp.ones((), jnp.float32)
     else:
       def skip(_):
-        zeros = {"actor_loss": jnp.zeros(()), "entropy": jnp.zeros(())}
+        zeros = {name: jnp.zeros(()) for name in _POLICY_METRICS}
         return (state.actor_params, state.actor_opt_state, state.log_temperature,
                 state.temperature_opt_state, zeros)
       do = state.opt_steps % c.policy_delay == 0
@@ -394,7 +401,7 @@ class SAC(Agent):
     policy_steps = jnp.maximum(jnp.sum(updated), 1.0)
     out = {}
     for name, values in metrics.items():
-      if name in ("actor_loss", "entropy"):
+      if name in _POLICY_METRICS:
         out[name] = jnp.sum(values * updated) / policy_steps
       else:
         out[name] = jnp.mean(values)

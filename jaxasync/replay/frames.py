@@ -515,6 +515,12 @@ class FrameReplayBuffer(ReplayBuffer):
         discount=self._disc[flat].reshape(indices.shape),
         next_obs=stacks(boot_slots))
 
+  def returns_and_discounts(self) -> tuple[np.ndarray, np.ndarray]:
+    """The live transitions' n-step returns and bootstrap discounts, ``([N], [N])`` float32
+    (``N = len(self)``; copies): what ``gather`` returns as ``reward`` and ``discount``
+    (computed once per transition when its window completed: discount 0 if it terminated)."""
+    return self._ret[self._live], self._disc[self._live]
+
   # --- checkpointing -------------------------------------------------------
   def state_dict(self) -> dict:
     return {**{k: v.copy() for k, v in self._arrays().items()},

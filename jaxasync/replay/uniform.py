@@ -7,6 +7,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxasync.types import Transition
 
 PyTree = Any
 
@@ -132,6 +133,16 @@ class ReplayBuffer:
   def sample(self, batch_size: int) -> PyTree:
     """A uniform batch, a pytree with leading axis ``[batch_size]``."""
     return self.gather(self.sample_indices(batch_size))
+
+  def returns_and_discounts(self) -> tuple[np.ndarray, np.ndarray] | None:
+    """The stored items' n-step returns and bootstrap discounts, ``([N], [N])`` views of the
+    filled slots (``N = len(self)``; slots ``[0, N)`` are the filled ones: writing starts at
+    slot 0); ``None`` when the items are not ``Transition``s (no such fields)."""
+    stored = jax.tree_util.tree_unflatten(self._treedef,
+                                          [s[:self._size] for s in self._storage])
+    if not isinstance(stored, Transition):
+      return None
+    return stored.reward, stored.discount
 
   # --- checkpointing -------------------------------------------------------
   def state_dict(self) -> dict:

@@ -82,6 +82,35 @@ class UpdateCredit:
     self.credit -= n / self.batch_size
 
 
+def terminal_fraction(discount: np.ndarray) -> float:
+  """The fraction of items ``[N]`` (``N >= 1``) that end in a termination: bootstrap discount
+  exactly 0. A truncated item bootstraps (``gamma^m > 0``), so it is not terminal."""
+  return float(np.count_nonzero(discount == 0) / discount.size)
+
+
+def segment_values(reward: np.ndarray, discount: np.ndarray) -> np.ndarray:
+  """``R_i / (1 - d_i)`` ``[N]`` float64, for items ``[N]`` with n-step return ``R_i`` and
+  bootstrap discount ``d_i`` (``gamma^m``, 0 if terminal): the value of repeating each stored
+  segment forever (CartPole: ``1 / (1 - gamma) = 100`` for every non-terminal item).
+
+  Guard: an item with ``d_i >= 1`` (``gamma = 1``) repeats its segment with no discount, worth
+  ``+inf`` if ``R_i > 0``, 0 if ``R_i = 0`` and ``-inf`` below; never a division by
+  ``1 - d_i = 0``.
+  """
+  reward, discount = np.asarray(reward, np.float64), np.asarray(discount, np.float64)
+  undiscounted = np.where(reward > 0, np.inf, np.where(reward < 0, -np.inf, 0.0))
+  return np.divide(reward, 1.0 - discount, out=undiscounted, where=discount < 1.0)
+
+
+def return_bound(reward: np.ndarray, discount: np.ndarray) -> float | None:
+  """``max_i R_i / (1 - d_i)`` over items ``[N]`` (``N >= 1``; ``segment_values``): the best
+  stored segment repeated forever, a bound on the Q-values the data supports that needs no
+  knowledge of the env. ``None`` when it is not finite (a positive reward with ``d_i = 1``:
+  an undiscounted task has no such bound)."""
+  bound = float(segment_values(reward, discount).max())
+  return bound if np.isfinite(bound) else None
+
+
 def _split(x: np.ndarray, k: int, b: int) -> np.ndarray:
   """``[k * b, ...]`` -> ``[k, b, ...]``."""
   return x.reshape((k, b) + x.shape[1:])
@@ -208,7 +237,26 @@ class ReplaySource:
     self.replay.update_priorities(idx.ravel(), np.asarray(priorities).ravel(), gens.ravel())
 
   def metrics(self) -> dict[str, float]:
-    return {}
+    """The replay's health figures (none while it is empty, or if its items have no returns):
+    ``replay_terminal_fraction`` (``terminal_fraction``), ``q_bound`` (``return_bound``) and
+    ``q_floor``, its other end (``min_i R_i / (1 - d_i)``: the worst stored segment repeated
+    forever; the two give the scale of the values the data spans), each absent when it is
+    not finite.
+
+    Reduced over the whole filled replay at each record (10-25 ms per million items, measured
+    on a loaded 2-core machine; once per ``record_interval`` SGD steps) rather than kept as running counts on add and overwrite: nothing to keep consistent through the
+    ring's wrap, the frame replay's transitions dying with their oldest frame, or resume, and
+    a maximum does not come out of running counts."""
+    stored = getattr(self.replay, "returns_and_discounts", lambda: None)()
+    if stored is None or not len(stored[1]):
+      return {}
+    reward, discount = stored
+    out = {"replay_terminal_fraction": terminal_fraction(discount)}
+    values = segment_values(reward, discount)  # (once for both ends)
+    for key, value in (("q_bound", values.max()), ("q_floor", values.min())):
+      if np.isfinite(value):
+        out[key] = float(value)
+    return out
 
   # --- resume ------------------------------------------------------------------------------
   @property
