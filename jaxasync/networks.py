@@ -31,17 +31,27 @@ class MLPTorso(nn.Module):
     return x
 
 
+def _normalised_relu(x: jnp.ndarray, layer_norm: bool) -> jnp.ndarray:
+  """ReLU, after a LayerNorm over the last axis (features, or a conv's channels) if asked."""
+  return nn.relu(nn.LayerNorm()(x) if layer_norm else x)
+
+
 class NatureCNN(nn.Module):
-  """The DQN Nature torso: uint8 frames ``[B, H, W, C]`` (84x84x4) -> ``[B, 512]``."""
+  """The DQN Nature torso: uint8 frames ``[B, H, W, C]`` (84x84x4) -> ``[B, 512]``; with
+  ``layer_norm``, a LayerNorm over the channels of each conv and over the dense features
+  before each ReLU (as PQN normalises its CNNs)."""
+
+  layer_norm: bool = False
 
   @nn.compact
   def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
     x = obs.astype(jnp.float32) / 255.0
-    x = nn.relu(nn.Conv(32, (8, 8), strides=(4, 4), padding="VALID")(x))
-    x = nn.relu(nn.Conv(64, (4, 4), strides=(2, 2), padding="VALID")(x))
-    x = nn.relu(nn.Conv(64, (3, 3), strides=(1, 1), padding="VALID")(x))
+    ln = self.layer_norm
+    x = _normalised_relu(nn.Conv(32, (8, 8), strides=(4, 4), padding="VALID")(x), ln)
+    x = _normalised_relu(nn.Conv(64, (4, 4), strides=(2, 2), padding="VALID")(x), ln)
+    x = _normalised_relu(nn.Conv(64, (3, 3), strides=(1, 1), padding="VALID")(x), ln)
     x = x.reshape(x.shape[0], -1)
-    return nn.relu(nn.Dense(512)(x))
+    return _normalised_relu(nn.Dense(512)(x), ln)
 
 
 class MinAtarCNN(nn.Module):
@@ -49,17 +59,19 @@ class MinAtarCNN(nn.Module):
 
   One 3x3 convolution with 16 filters (stride 1, no padding: ``[B, 8, 8, 16]``), then one
   dense layer of ``hidden`` units. The observations are 0/1 channels (bool), so they are
-  cast, not rescaled.
+  cast, not rescaled. With ``layer_norm``, a LayerNorm over the conv's channels and over the
+  dense features before each ReLU.
   """
 
   hidden: int = 128
+  layer_norm: bool = False
 
   @nn.compact
   def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
     x = obs.astype(jnp.float32)
-    x = nn.relu(nn.Conv(16, (3, 3), strides=(1, 1), padding="VALID")(x))
+    x = _normalised_relu(nn.Conv(16, (3, 3), strides=(1, 1), padding="VALID")(x), self.layer_norm)
     x = x.reshape(x.shape[0], -1)
-    return nn.relu(nn.Dense(self.hidden)(x))
+    return _normalised_relu(nn.Dense(self.hidden)(x), self.layer_norm)
 
 
 Torso = Literal["mlp", "nature_cnn", "minatar_cnn"]
@@ -67,15 +79,15 @@ TORSOS: tuple[str, ...] = get_args(Torso)  # the torsos make_torso builds
 
 
 def make_torso(torso: Torso, hidden_sizes: Sequence[int], layer_norm: bool = False) -> nn.Module:
-  """The torso module ``torso`` names: an MLP of ``hidden_sizes`` (LayerNorm after each Dense
-  with ``layer_norm``), the Nature CNN, or the MinAtar CNN (its dense width: the last of
-  ``hidden_sizes``). ``layer_norm`` applies to the MLP only."""
+  """The torso module ``torso`` names: an MLP of ``hidden_sizes``, the Nature CNN, or the
+  MinAtar CNN (its dense width: the last of ``hidden_sizes``); with ``layer_norm``, every
+  layer's output is normalised before its ReLU."""
   if torso == "mlp":
     return MLPTorso(tuple(hidden_sizes), layer_norm)
   if torso == "nature_cnn":
-    return NatureCNN()
+    return NatureCNN(layer_norm)
   if torso == "minatar_cnn":
-    return MinAtarCNN(hidden_sizes[-1])
+    return MinAtarCNN(hidden_sizes[-1], layer_norm)
   raise ValueError(f"unknown torso {torso!r}; use one of {TORSOS}.")
 
 

@@ -162,13 +162,21 @@ def test_munchausen_target_by_hand():
   # alpha 0 and a cold softmax: the plain max-Q target.
   cold = munchausen_target(q_tm1, 1, 0.5, 0.9, q_t, 1e-4, 0.0, -1.0)
   np.testing.assert_allclose(cold, 0.5 + 0.9 * 2.0, rtol=1e-5)
+  # Double Q: a selector preferring action 1 ([0, 2] at tau 1: pi = [.119203, .880797]) weights
+  # the target's values [2, 0]: sum pi (q - log pi) = .119203 * (2 + 2.126928)
+  # + .880797 * (0 + .126928) = .603740.
+  double = munchausen_target(q_tm1, 0, 0.5, 0.9, q_t, 1.0, 0.9, -1.0, jnp.array([0.0, 2.0]))
+  np.testing.assert_allclose(double, 0.5 + 0.9 * -0.313262 + 0.9 * 0.603740, rtol=1e-5)
+  # A cold selector picks its argmax, which the target values: the double-Q target.
+  cold = munchausen_target(q_tm1, 1, 0.5, 0.9, q_t, 1e-4, 0.0, -1.0, jnp.array([0.0, 2.0]))
+  np.testing.assert_allclose(cold, 0.5 + 0.9 * 0.0, atol=1e-5)
 
 
-@pytest.mark.parametrize("num_q_networks", [1, 2])
-def test_munchausen_loss_matches_numpy_on_random_params(num_q_networks):
+@pytest.mark.parametrize("num_q_networks,double_q", [(1, True), (2, True), (1, False)])
+def test_munchausen_loss_matches_numpy_on_random_params(num_q_networks, double_q):
   tau, alpha = 0.5, 0.9
   agent = _agent(munchausen=True, munchausen_tau=tau, munchausen_alpha=alpha,
-                 hidden_sizes=(8,), num_q_networks=num_q_networks)
+                 hidden_sizes=(8,), num_q_networks=num_q_networks, double_q=double_q)
   params = agent.init(jax.random.PRNGKey(0)).params
   target_params = agent.init(jax.random.PRNGKey(1)).params
   batch = _random_batch(np.random.default_rng(0), (16,))
@@ -183,7 +191,8 @@ def test_munchausen_loss_matches_numpy_on_random_params(num_q_networks):
   _, qbar_t = q(target_params, batch.next_obs)
   i = np.arange(16)
   bonus = alpha * np.clip(tau * log_softmax(qbar_tm1)[i, batch.action], -1.0, 0.0)
-  log_pi_t = log_softmax(qbar_t)
+  # Double Q: the online networks' (minimum's) soft policy weights the target's values.
+  log_pi_t = log_softmax(q(params, batch.next_obs)[1] if double_q else qbar_t)
   soft_v = (np.exp(log_pi_t) * (qbar_t - tau * log_pi_t)).sum(1)
   y = batch.reward + bonus + batch.discount * soft_v
   q_tm1, _ = q(params, batch.obs)
@@ -512,7 +521,23 @@ def test_layer_norm_torso_matches_a_hand_computation():
                              atol=1e-4)
 
 
-def test_layer_norm_with_a_cnn_torso_is_refused_with_the_fix():
-  frames = gym.spaces.Box(0, 255, (84, 84, 4), np.uint8)
-  with pytest.raises(ConfigError, match="layer_norm applies to the MLP torso only.*nature_cnn"):
-    DQN(DQNConfig(layer_norm=True), frames, gym.spaces.Discrete(2))
+@pytest.mark.parametrize("shape,dtype,torso,layers", [
+    ((84, 84, 4), np.uint8, "NatureCNN_0", 4), ((10, 10, 3), np.bool_, "MinAtarCNN_0", 2)])
+def test_layer_norm_in_a_cnn_torso_normalises_every_layer(shape, dtype, torso, layers):
+  """CNN torsos take layer_norm too: a LayerNorm before each ReLU (per conv over its channels,
+  then over the dense features), so each torso layer's pre-ReLU output has mean 0 and variance
+  ~1 over its last axis at initialisation."""
+  agent = DQN(DQNConfig(layer_norm=True), gym.spaces.Box(0, 1, shape, dtype),
+              gym.spaces.Discrete(3))
+  params = agent.init(jax.random.PRNGKey(0)).params
+  assert sum(k.startswith("LayerNorm_") for k in params["params"][torso]) == layers
+  high = 256 if dtype == np.uint8 else 2  # frames span 0-255, MinAtar channels 0/1
+  obs = np.random.default_rng(0).integers(0, high, (5,) + shape).astype(dtype)
+  _, inter = agent.network.apply(params, obs, capture_intermediates=True,
+                                 mutable=["intermediates"])
+  norms = [v["__call__"][0] for k, v in inter["intermediates"][torso].items()
+           if k.startswith("LayerNorm_")]
+  assert len(norms) == layers
+  for out in norms:
+    chex.assert_trees_all_close(jnp.mean(out, -1), jnp.zeros(out.shape[:-1]), atol=1e-4)
+    chex.assert_trees_all_close(jnp.var(out, -1), jnp.ones(out.shape[:-1]), atol=1e-2)

@@ -52,7 +52,8 @@ class DQNConfig:
       for Atari frame stacks, MinAtar CNN for small grids, MLP for vectors.
     hidden_sizes: MLP layer widths (vector observations); the MinAtar CNN's dense width is
       the last one.
-    layer_norm: LayerNorm after each Dense layer of the MLP torso.
+    layer_norm: LayerNorm before each ReLU of the torso (each Dense of the MLP; each conv,
+      over its channels, and the dense layer of a CNN).
     learning_rate: Adam step size (the initial one when annealed).
     learning_rate_end: step size reached after learning_rate_decay_steps.
     learning_rate_decay_steps: SGD steps over which the step size anneals linearly from
@@ -60,7 +61,8 @@ class DQNConfig:
     adam_eps: Adam epsilon.
     max_grad_norm: global-norm gradient clipping threshold.
     batch_size: transitions per SGD step.
-    double_q: double Q-learning (the online network selects the bootstrap action).
+    double_q: double Q-learning: the online network selects the bootstrap action (with
+      munchausen: its softmax policy weights the soft value), the target network values it.
     num_q_networks: independently initialised Q-networks whose minimum is the Q-value, for
       acting, for selecting the bootstrap action (double_q: the minimum of the online
       networks) and for its value (the minimum of the target networks); all networks are
@@ -70,7 +72,7 @@ class DQNConfig:
     munchausen: Munchausen DQN (Vieillard et al. 2020, the munchausen_target function): the
       target adds the scaled, clipped log-probability of the taken action under the target
       network's softmax policy (once, for the first of the n steps) and bootstraps on the
-      soft value; double_q has no effect then.
+      soft value (of the online network's policy with double_q).
       The bonus is an implicit KL penalty between successive policies (the paper), so an
       error in Q moves the greedy policy a little instead of flipping it.
     munchausen_alpha: scale of the log-policy bonus (0.9 in the paper).
@@ -184,7 +186,8 @@ class DQNConfig:
 
 def munchausen_target(q_target_tm1: jnp.ndarray, a_tm1: jnp.ndarray, r_t: jnp.ndarray,
                       discount_t: jnp.ndarray, q_target_t: jnp.ndarray, tau: float,
-                      alpha: float, clip: float) -> jnp.ndarray:
+                      alpha: float, clip: float,
+                      q_selector_t: jnp.ndarray | None = None) -> jnp.ndarray:
   """The Munchausen-DQN target of one transition (Vieillard et al. 2020, eq. 2).
 
   ``y = r_t + alpha * clip(tau * log pi(a_tm1 | s_tm1), clip, 0)
@@ -200,13 +203,15 @@ def munchausen_target(q_target_tm1: jnp.ndarray, a_tm1: jnp.ndarray, r_t: jnp.nd
     tau: softmax temperature (> 0).
     alpha: bonus scale in [0, 1].
     clip: lower bound ``l0 < 0`` of ``tau * log pi``.
+    q_selector_t: Q-values ``[A]`` whose soft policy weights the bootstrap (double Q: the
+      online network's); None: the target network's own, as in the paper.
 
   Returns:
     The target, a scalar (no gradient flows through it).
   """
   tau_log_pi_tm1 = tau * jax.nn.log_softmax(q_target_tm1 / tau)
   bonus = alpha * jnp.clip(tau_log_pi_tm1[a_tm1], clip, 0.0)
-  log_pi_t = jax.nn.log_softmax(q_target_t / tau)
+  log_pi_t = jax.nn.log_softmax((q_target_t if q_selector_t is None else q_selector_t) / tau)
   soft_value_t = jnp.sum(jnp.exp(log_pi_t) * (q_target_t - tau * log_pi_t))
   return jax.lax.stop_gradient(r_t + bonus + discount_t * soft_value_t)
 
@@ -263,9 +268,6 @@ class DQN(Agent):
     self.num_actions = int(action_space.n)
     torso = (default_torso(obs_space.shape, obs_space.dtype) if config.torso == "auto"
              else config.torso)
-    if config.layer_norm and torso != "mlp":
-      raise ConfigError(f"layer_norm applies to the MLP torso only; {env_id} uses the {torso} "
-                        "torso. Drop --agent.layer-norm, or use --agent.torso mlp.")
     network_cls = QNetwork
     if config.num_q_networks > 1:
       # N networks in one call: params and outputs get a leading axis of N.
@@ -414,10 +416,9 @@ class DQN(Agent):
       k_tm1, k_t, k_target = jax.random.split(key, 3)
     online_tm1 = self.apply(params, batch.obs, k_tm1)
     target_t = self.apply(target_params, batch.next_obs, k_target)
-    # The online network selects the bootstrap action in double Q (Munchausen's soft value
-    # needs no selection).
-    select_online = c.double_q and not c.munchausen
-    online_t = self.apply(params, batch.next_obs, k_t) if select_online else target_t
+    # Double Q: the online network selects the bootstrap action (Munchausen: weights the soft
+    # value with its softmax policy), the target network values it.
+    online_t = self.apply(params, batch.next_obs, k_t) if c.double_q else target_t
     action = batch.action.astype(jnp.int32)
     if c.num_atoms == 1:
       # Expected Q, one path for one network or N (Maxmin: every network is regressed on one
@@ -426,9 +427,11 @@ class DQN(Agent):
       q_value_t = self._min_over_networks(target_t)  # [B, A]
       if c.munchausen:
         q_target_tm1 = self.q_values(target_params, batch.obs, k_target)
-        y = jax.vmap(munchausen_target, in_axes=(0, 0, 0, 0, 0, None, None, None))(
+        q_selector_t = (jax.lax.stop_gradient(self._min_over_networks(online_t))
+                        if c.double_q else None)
+        y = jax.vmap(munchausen_target, in_axes=(0, 0, 0, 0, 0, None, None, None, 0))(
             q_target_tm1, action, reward, batch.discount, q_value_t,
-            c.munchausen_tau, c.munchausen_alpha, c.munchausen_clip)
+            c.munchausen_tau, c.munchausen_alpha, c.munchausen_clip, q_selector_t)
       else:
         # Double Q: the online networks select the bootstrap action, the target ones value it.
         a_t = jnp.argmax(self._min_over_networks(online_t), axis=-1)

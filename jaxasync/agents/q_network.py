@@ -78,7 +78,7 @@ class QNetwork(nn.Module):
     torso: ``"mlp"`` for vector observations, ``"nature_cnn"`` for stacked frames,
       ``"minatar_cnn"`` for small grids (see ``default_torso``).
     hidden_sizes: MLP torso sizes; ``"minatar_cnn"`` uses the last as its dense width.
-    layer_norm: LayerNorm after each of the MLP torso's Dense layers.
+    layer_norm: LayerNorm before each of the torso's ReLUs.
     dueling: value + mean-centred advantage streams (Wang et al. 2016).
     num_atoms: 1 for expected Q-values; > 1 for a categorical (C51) distribution.
     noisy: the head layers (value and advantage streams when dueling) are
