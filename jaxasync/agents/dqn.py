@@ -518,6 +518,7 @@ def greedy_q_metrics(q: jnp.ndarray) -> dict[str, jnp.ndarray]:
   if q.shape[-1] < 2:
     gap = jnp.zeros((), q.dtype)
   else:
-    top2 = jax.lax.top_k(q, 2)[0]  # [B, 2], descending
-    gap = jnp.median(top2[:, 0] - top2[:, 1])
+    # (a sort along the actions, not top_k: top_k made a sharded learner gather the batch's Q)
+    top2 = jnp.sort(q, axis=-1)[:, -2:]  # [B, 2], ascending
+    gap = jnp.median(top2[:, 1] - top2[:, 0])
   return {"action_gap": gap, "q_max": jnp.max(q)}
