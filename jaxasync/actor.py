@@ -152,7 +152,7 @@ class Actor:
     """Takes the store's params if they are newer than ours (a CPU copy for jitted acting)."""
     if self.param_store.version > self.version:
       info = self.param_store.get()
-      self.version, self.params = info.version, to_cpu(info.params)
+      self.version, self.params = info.version, to_cpu(info.params, published=True)
       self.shared.adopted_version[self.actor_id] = self.version
 
   def step(self, stop=None):

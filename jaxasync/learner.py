@@ -14,7 +14,7 @@ import numpy as np
 
 from jaxasync.agent import Agent
 from jaxasync.faults import NonFiniteError, all_finite
-from jaxasync.param_store import host_copy
+from jaxasync.param_store import device_copy, host_copy
 from jaxasync.sharding import DataParallel
 from jaxasync.types import ModelInfo
 
@@ -117,6 +117,10 @@ class Learner:
   def policy_params(self) -> PyTree:
     return self.agent.policy_params(self.state)
 
-  def model_info(self) -> ModelInfo:
-    """Host copies of the policy params with the current version (never donated buffers)."""
-    return ModelInfo(version=self.opt_steps, params=host_copy(self.policy_params()))
+  def model_info(self, host: bool = True) -> ModelInfo:
+    """Copies of the policy params (never the buffers the next update donates) with the
+    current version: host (numpy) copies, or with ``host=False`` copies on the learner's
+    devices (``device_copy``: one dispatch, no wait for the update in flight)."""
+    params = self.policy_params()
+    return ModelInfo(version=self.opt_steps,
+                     params=host_copy(params) if host else device_copy(params))

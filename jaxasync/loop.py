@@ -290,7 +290,7 @@ class LearnerLoop:
   def publish(self) -> None:
     """The one place params are published."""
     t0 = time.perf_counter()
-    self.param_store.publish(self.learner.model_info())
+    self.param_store.publish(self.learner.model_info(host=self.param_store.host_params))
     self.times["publish"] += time.perf_counter() - t0
 
   def stage_times(self) -> dict[str, float]:

@@ -1,7 +1,10 @@
 """Where the learner publishes ``ModelInfo`` and actors pick it up: the one path params take.
 
-Two implementations with one interface:
-  * ``ThreadParamStore``: a reference swap under a lock, for actor threads.
+Implementations of one interface (``ParamStore``):
+  * ``ThreadParamStore``: a reference swap under a lock, for actor threads (and the
+    synchronous run's lock-step actor). It holds device copies (``device_copy``): one
+    dispatch per publication instead of a host round trip, which cost the sync loop more
+    than its SGD step (docs/bench_learning_results.md, issue 28).
   * ``SharedParamStore``: one preallocated shared-memory block holding the flat
     params plus a version counter, for actor processes. Publishing is a memcpy;
     actors copy out only when the version moved. It is a seqlock, not a lock: an
@@ -15,9 +18,10 @@ from __future__ import annotations
 import multiprocessing as mp
 import threading
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jaxasync.types import ModelInfo
@@ -32,17 +36,46 @@ def host_copy(tree: PyTree) -> PyTree:
   return jax.tree.map(np.array, jax.device_get(tree))
 
 
-def to_cpu(params: PyTree) -> PyTree:
-  """``params`` committed to the CPU device, so jitted acting runs there. Published params are
-  already host copies (numpy) that nobody writes to again, so they go straight to the device;
-  anything else (device arrays the learner may donate) is copied to the host first."""
-  if not all(isinstance(x, np.ndarray) for x in jax.tree.leaves(params)):
+@jax.jit
+def device_copy(tree: PyTree) -> PyTree:
+  """Copies of ``tree``'s leaves on their own devices, in one dispatch: what an in-process
+  store publishes, never donated by the learner's next update (which donates its state)."""
+  return jax.tree.map(jnp.copy, tree)
+
+
+def to_cpu(params: PyTree, published: bool = False) -> PyTree:
+  """``params`` committed to the CPU device, so jitted acting runs there. Host copies (numpy)
+  and ``published`` params (what a ``ParamStore`` holds: host copies or ``device_copy``s)
+  are written by nobody again, so they go straight to the device (no copy when already on
+  it); anything else (device arrays the learner may donate) is copied to the host first."""
+  if not published and not all(isinstance(x, np.ndarray) for x in jax.tree.leaves(params)):
     params = host_copy(params)
   return jax.device_put(params, jax.devices("cpu")[0])
 
 
+class ParamStore(Protocol):
+  """Where the learner publishes ``ModelInfo`` and actors (or inference servers) read it."""
+
+  host_params: bool
+  """Whether publications must be host (numpy) copies: True for stores that leave the
+  process (shared memory, Ray); False for in-process ones, given ``device_copy``s."""
+
+  @property
+  def version(self) -> int:
+    """The latest publication's version, -1 before the first (a cheap read, every step)."""
+
+  def publish(self, info: ModelInfo) -> None:
+    """Makes ``info`` the latest publication (one publisher: the learner's loop)."""
+
+  def get(self) -> ModelInfo | None:
+    """The latest publication, None before the first."""
+
+
 class ThreadParamStore:
-  """Latest ``ModelInfo`` shared by threads of one process."""
+  """Latest ``ModelInfo`` shared by threads of one process (device copies: ``host_params``
+  False)."""
+
+  host_params = False
 
   def __init__(self):
     self._lock = threading.Lock()
@@ -70,6 +103,8 @@ class SharedParamStore:
     template: a params pytree with the shapes and dtypes every publication has.
     ctx: the multiprocessing context (spawn) the actor processes use.
   """
+
+  host_params = True
 
   def __init__(self, template: PyTree, ctx=None):
     ctx = ctx or mp.get_context("spawn")

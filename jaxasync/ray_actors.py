@@ -94,6 +94,8 @@ class RayParamStore:
   """The latest ``ModelInfo``, put into Ray's object store once per publication (lazily: on
   the first request for it, so a publication no actor asks for costs nothing)."""
 
+  host_params = True
+
   def __init__(self):
     self._info: ModelInfo | None = None
     self._ref, self._ref_version = None, -1

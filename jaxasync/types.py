@@ -47,7 +47,8 @@ class ModelInfo(NamedTuple):
 
   Attributes:
     version: the learner's optimization-step count when the params were exported.
-    params: a pytree of numpy arrays (host copies, never donated device buffers).
+    params: the policy params pytree, copies never donated by the learner: numpy arrays for
+      stores that leave the process, device copies for in-process ones (``ParamStore``).
   """
 
   version: int
