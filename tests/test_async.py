@@ -217,19 +217,13 @@ def _run_default_experiment(tmp_path, *flags) -> dict:
 def test_default_experiment_solves_cartpole(tmp_path):
   """The README's first command (experiments/dqn.py, no flags: async, one process actor)
   solves CartPole-v1 and keeps it: best >= 475 and the final evaluation, of the final params,
-  >= 400. Async runs are not deterministic, and about one run in five still fails over more
-  seeds or on a loaded machine (README 'Learning'). So a collapsed first run gets one more run
-  (another logdir, same seed); the test fails when both collapse: about one CI run in 25."""
-  attempts = []
-  for attempt in range(2):
-    (tmp_path / f"attempt{attempt}").mkdir()
-    summary = _run_default_experiment(tmp_path / f"attempt{attempt}")
-    assert summary["mode"] == "async-process"
-    evals = [round(e["eval_reward"]) for e in summary["evals"]]
-    attempts.append(evals)
-    if summary["best_eval_reward"] >= 475 and summary["final_eval_reward"] >= 400:
-      return
-  pytest.fail(f"no run held CartPole (best >= 475, final >= 400); evals: {attempts}")
+  >= 400. One run, no retry: async runs are not deterministic, so this bounds what one run
+  gives (README 'Learning' has the rate over 20 seeds)."""
+  summary = _run_default_experiment(tmp_path)
+  assert summary["mode"] == "async-process"
+  evals = [round(e["eval_reward"]) for e in summary["evals"]]
+  assert summary["best_eval_reward"] >= 475, evals
+  assert summary["final_eval_reward"] >= 400, evals
 
 
 @pytest.mark.slow
