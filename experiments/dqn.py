@@ -172,11 +172,16 @@ def run(args: RunArgs, title: str, make_replay: Callable[[ja.Agent], Any] | None
   env, eval_env = envs if envs is not None else default_envs(args)
   config = trainer_config(args)
   resume = args.resume_from or args.resume
-  if not resume:
-    ja.claim_run_dir(args.logdir, args.overwrite)  # before the recorder writes its event file
   obs_space, action_space = ja.envs.spaces_of(env)
   agent_cfg = agent_config(args) if agent_cfg is None else agent_cfg
   agent = agent_cls(agent_cfg, obs_space, action_space, args.env_id)
+  # Every setting checked before the logdir is touched: a refused run leaves no event file
+  # that would make its corrected rerun need --overwrite.
+  config.validate(agent.batch_size)
+  if mode == "async":
+    args.async_.validate()
+  if not resume:
+    ja.claim_run_dir(args.logdir, args.overwrite)  # before the recorder writes its event file
   replay = make_replay(agent) if make_replay is not None else None
   recorder = ja.MultiRecorder(
       ja.TensorboardRecorder(args.logdir),

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Literal
 
 from jaxasync.envs import ConfigError
@@ -105,8 +106,16 @@ class TrainerConfig:
                         "--eval-episodes 1 or more (--eval-interval 0 disables evaluation).")
     if self.keep_checkpoints < 0:
       raise ConfigError(f"keep_checkpoints must be >= 0 (0: keep all), got {self.keep_checkpoints}.")
-    if self.opt_interval <= 0 or self.updates_per_call < 1 or self.num_envs < 1:
-      raise ConfigError("opt_interval must be > 0, updates_per_call and num_envs >= 1.")
+    if not 0 < self.opt_interval < math.inf or self.updates_per_call < 1 or self.num_envs < 1:
+      raise ConfigError(f"opt_interval must be a finite number > 0 (got {self.opt_interval}), "
+                        "updates_per_call and num_envs >= 1.")
+    # (``not 0 < x < inf`` is also true of NaN, which every ``<=`` comparison lets through.)
+    if self.duration is not None and not 0 < self.duration < math.inf:
+      raise ConfigError(f"duration must be a finite number of seconds > 0, or None for no "
+                        f"limit; got {self.duration}.")
+    if self.max_env_steps is not None and self.max_env_steps < 1:
+      raise ConfigError(f"max_env_steps must be >= 1, or None for no limit; got "
+                        f"{self.max_env_steps}.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,5 +204,6 @@ class AsyncConfig:
                         "inference_delay >= 0.")
     if self.inference_device not in ("default", "cpu"):
       raise ConfigError(f"inference_device must be 'default' or 'cpu', got {self.inference_device!r}.")
-    if self.samples_per_insert is not None and self.samples_per_insert <= 0:
-      raise ConfigError(f"samples_per_insert must be > 0 or None, got {self.samples_per_insert}.")
+    if self.samples_per_insert is not None and not 0 < self.samples_per_insert < math.inf:
+      raise ConfigError(f"samples_per_insert must be a finite number > 0, or None for no "
+                        f"replay ratio; got {self.samples_per_insert}.")

@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxasync import (ConfigError, DQN, DQNConfig, EnvFactory, MemoryRecorder, Trainer,
+from jaxasync import (AsyncConfig, ConfigError, DQN, DQNConfig, EnvFactory, MemoryRecorder, Trainer,
                       TrainerConfig, restore_checkpoint)
 from jaxasync.envs import spaces_of
 
@@ -39,7 +39,12 @@ def test_batch_larger_than_warmup_is_rejected(cartpole_spaces):
     (dict(warmup_period=2_000, replay_capacity=1_000), "Lower warmup_period or raise replay_capacity"),
     (dict(updates_per_call=0), "updates_per_call and num_envs >= 1"),
     (dict(num_envs=0), "updates_per_call and num_envs >= 1"),
-    (dict(opt_interval=0.0), "opt_interval must be > 0"),
+    (dict(opt_interval=0.0), "opt_interval must be a finite number > 0"),
+    (dict(opt_interval=float("nan")), "opt_interval must be a finite number > 0"),
+    (dict(duration=-5.0), r"duration must be a finite number of seconds > 0.*got -5.0"),
+    (dict(duration=0.0), "duration must be a finite number of seconds > 0"),
+    (dict(duration=float("nan")), "duration must be .*got nan"),
+    (dict(max_env_steps=-1), r"max_env_steps must be >= 1.*got -1"),
 ])
 def test_bad_trainer_config_is_rejected(cartpole_spaces, config, message):
   with pytest.raises(ConfigError, match=message):
@@ -260,3 +265,10 @@ def test_a_runs_own_hooks_are_called_on_their_interval_and_can_stop_it(cartpole_
                            Hook(25, stop_at_100, "stop")])
   summary = trainer.train()
   assert seen == [52, 100] and summary["opt_steps"] == 100
+
+
+@pytest.mark.parametrize("value", [0.0, -1.0, float("nan"), float("inf")])
+def test_a_replay_ratio_that_is_not_a_finite_positive_number_is_rejected(value):
+  # NaN passed the old `<= 0` check: the run took no SGD step in 63k env steps.
+  with pytest.raises(ConfigError, match=f"samples_per_insert must be a finite number > 0.*got {value}"):
+    AsyncConfig(samples_per_insert=value).validate()
