@@ -165,6 +165,11 @@ class Agent(abc.ABC):
     return ("Lower the learning rate, e.g. 10x, or check the env's rewards and observations "
             "for NaN or huge values.")
 
+  def overestimation_hint(self) -> str:
+    """The fix to suggest when the run's Q-values stay above the largest return its replay
+    supports (``RunLedger.on_record``'s watch)."""
+    return "Try a lower learning rate."
+
 
 def key_data(key: jax.Array) -> jax.Array:
   """Raw ``uint32`` key data (what agents keep in their checkpointable state), whether ``key``

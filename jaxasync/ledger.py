@@ -279,14 +279,11 @@ class RunLedger:
 
   def _overestimation_message(self, opt_steps: int, env_steps: int, health: dict) -> str:
     q_max, q_bound = health["q_max"], health["q_bound"]
-    config = getattr(self.learner.agent, "config", None)
-    fix = ("--agent.layer-norm or a lower learning rate"
-           if getattr(config, "layer_norm", None) is False else "a lower learning rate")
     return (f"Q-values above the largest return the replay supports at SGD step {opt_steps} "
             f"(env step {env_steps}): q_max {q_max:.4g} > q_bound {q_bound:.4g} + margin "
-            f"{overestimation_margin(q_bound, health.get('q_floor')):.3g} for {self.over_bound_streak} records in a "
-            f"row. This is overestimation, often followed by a collapse of the policy; try "
-            f"{fix}.")
+            f"{overestimation_margin(q_bound, health.get('q_floor')):.3g} for "
+            f"{self.over_bound_streak} records in a row. This is overestimation, often followed "
+            f"by a collapse of the policy. {self.learner.agent.overestimation_hint()}")
 
   def evaluate_final(self, evaluate: Callable[[], float], env_steps: int) -> None:
     """Ends the run with ``evaluate()`` of its final params, so that ``final_eval_reward`` is

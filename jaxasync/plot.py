@@ -269,9 +269,9 @@ def plot_health(runs: Sequence[str | Path | dict], out: str | Path | None = None
         if xs:
           ax.plot(xs, ys, ls="--", color="tab:red", lw=1.2, label=dashed)
         if dashed == "q_bound" and xs:  # where the overestimation watch starts counting
-          rows = [r for r in health if r.get("q_bound") is not None]
+          bounded = [r for r in health if r.get("q_bound") is not None]
           ax.plot(xs, [r["q_bound"] + overestimation_margin(r["q_bound"], r.get("q_floor"))
-                       for r in rows], ls=":", color="tab:red", lw=1.0, label="+ margin")
+                       for r in bounded], ls=":", color="tab:red", lw=1.0, label="+ margin")
       if ax.lines:
         ax.legend(fontsize=6, loc="best")
       else:

@@ -171,8 +171,8 @@ def test_sac_records_critic_q_stats_and_grad_norms():
 # --- the overestimation warning ------------------------------------------------------------------
 def _ledger(tmp_path=None) -> RunLedger:
   config = ja.TrainerConfig(progress=False, model_dir=None if tmp_path is None else str(tmp_path))
-  learner = types.SimpleNamespace(agent=types.SimpleNamespace(config=ja.DQNConfig()),
-                                  opt_steps=0)
+  agent = ja.DQN(ja.DQNConfig(), *ja.envs.spaces_of(ja.EnvFactory("CartPole-v1")))
+  learner = types.SimpleNamespace(agent=agent, opt_steps=0)
   return RunLedger(config, learner, NullRecorder())
 
 

@@ -396,6 +396,10 @@ class DQN(Agent):
     return (f"Lower the learning rate (now {self.config.learning_rate:g}), e.g. 10x, or check "
             "the env's rewards and observations for NaN or huge values.")
 
+  def overestimation_hint(self) -> str:
+    lr = f"a lower learning rate (now {self.config.learning_rate:g})"
+    return f"Try {lr}." if self.config.layer_norm else f"Try --agent.layer-norm or {lr}."
+
   # --- learning ------------------------------------------------------------
   def loss(self, params: PyTree, target_params: PyTree, batch: Transition,
            weights: jnp.ndarray, key: chex.PRNGKey | None = None
