@@ -10,7 +10,7 @@ One SGD step of the loop is one PPO iteration: --agent.num-epochs passes of
 --agent.num-minibatches minibatches over --agent.batch-size unrolls. The ratio is taken
 against the policy the actor acted with, so unrolls from older params (async) are clipped
 like any other; those older than --max-policy-lag iterations are dropped. The run's flags
-are experiments/impala.py's.
+are jaxasync.experiment.OnPolicyArgs, as experiments/impala.py's.
 """
 
 from __future__ import annotations
@@ -20,9 +20,7 @@ import dataclasses
 import tyro
 
 import jaxasync as ja
-
-import dqn as dqn_experiment  # experiments/dqn.py: a script's own directory is on sys.path
-from impala import OnPolicyArgs, agent_config
+from jaxasync import experiment
 
 
 def cartpole_agent() -> ja.PPOConfig:
@@ -33,7 +31,7 @@ def cartpole_agent() -> ja.PPOConfig:
 
 
 @dataclasses.dataclass
-class Args(OnPolicyArgs):
+class Args(experiment.OnPolicyArgs):
   """PPO's flags: the run's (as experiments/impala.py's) and the agent's (--agent.*)."""
 
   max_env_steps: int | None = 150_000
@@ -52,8 +50,8 @@ class Args(OnPolicyArgs):
 
 
 def main(args: Args) -> dict:
-  return dqn_experiment.run(args, "PPO", agent_cls=ja.PPO, agent_cfg=agent_config(args))
+  return experiment.run(args, "PPO", ja.PPO, experiment.anneal_over_env_steps(args))
 
 
 if __name__ == "__main__":
-  dqn_experiment.run_cli(lambda: main(tyro.cli(Args, description=__doc__)))
+  experiment.run_cli(lambda: main(tyro.cli(Args, description=__doc__)))

@@ -28,22 +28,20 @@ from typing import Annotated, Literal
 import tyro
 
 import jaxasync as ja
+from jaxasync import experiment
 from jaxasync.atari import AtariEnvFactory, is_atari_id
 from jaxasync.minatar import is_minatar_id
 from jaxasync.replay.frames import FrameReplayBuffer, PrioritizedFrameReplayBuffer
 from jaxasync.types import transition_example
 
-import dqn as dqn_experiment  # experiments/dqn.py: a script's own directory is on sys.path
-
-
-default_mode = dqn_experiment.default_mode
 
 Preset = Literal["cartpole", "minatar", "atari"]
 
 
 @dataclasses.dataclass
-class Args(dqn_experiment.Args):
-  """experiments/dqn.py's flags, with the agent's flags unprefixed and the replay's priorities."""
+class Args(experiment.RunArgs):
+  """The run's flags (jaxasync.experiment.RunArgs, as experiments/dqn.py's), the agent's
+  unprefixed and the replay's priorities."""
 
   anneal_lr: bool = False
   """anneal the LR to --learning-rate-end over --max-opts (off: the presets' constant LRs)."""
@@ -179,7 +177,7 @@ def atari_factories(args: Args) -> tuple[AtariEnvFactory, AtariEnvFactory]:
 
 def env_factories(args: Args) -> tuple:
   """(training, evaluation) env factories: Atari's from the Atari flags, MinAtar's with
-  --no-sticky-actions honoured, anything else ``dqn.default_envs``. Atari-only flags on a
+  --no-sticky-actions honoured, anything else ``experiment.default_envs``. Atari-only flags on a
   non-Atari id are errors rather than silently ignored."""
   if is_atari_id(args.env_id):
     return atari_factories(args)
@@ -189,7 +187,7 @@ def env_factories(args: Args) -> tuple:
   if args.episodic_life or args.atari_backend != "gymnasium":
     raise ja.ConfigError(f"--episodic-life and --atari-backend apply to Atari ids only, not "
                          f"{args.env_id!r}; drop them.")
-  train, evaluate = dqn_experiment.default_envs(args)
+  train, evaluate = experiment.default_envs(args)
   if not args.sticky_actions:
     if not is_minatar_id(args.env_id):
       raise ja.ConfigError(f"--no-sticky-actions applies to Atari and MinAtar ids only, not "
@@ -199,10 +197,11 @@ def env_factories(args: Args) -> tuple:
 
 
 def main(args: Args) -> dict:
-  return dqn_experiment.run(
-      args, f"Rainbow ({components(args)}), preset {args.preset}",
+  return experiment.run(
+      args, f"Rainbow ({components(args)}), preset {args.preset}", ja.DQN,
+      experiment.anneal_over_opts(args.agent, args.anneal_lr, args.max_opts),
       make_replay=lambda agent: make_replay(args, agent), envs=env_factories(args))
 
 
 if __name__ == "__main__":
-  dqn_experiment.run_cli(lambda: main(parse()))
+  experiment.run_cli(lambda: main(parse()))

@@ -7,7 +7,7 @@ one-axis Box of actions.
   python experiments/sac.py --env-id MountainCarContinuous-v0 --max-env-steps 50000
   python experiments/sac.py --help                   # every flag
 
-The run's flags are experiments/dqn.py's (the same loop, replay, checkpoints and summary);
+The run's flags are jaxasync.experiment.RunArgs, as experiments/dqn.py's (the same loop, replay, checkpoints and summary);
 the agent's are --agent.* (SACConfig). Logs, checkpoints and <logdir>/summary.json go under
 --logdir.
 """
@@ -20,8 +20,7 @@ from typing import Annotated
 import tyro
 
 import jaxasync as ja
-
-import dqn as dqn_experiment  # experiments/dqn.py: a script's own directory is on sys.path
+from jaxasync import experiment
 
 
 def pendulum_agent() -> ja.SACConfig:
@@ -31,7 +30,7 @@ def pendulum_agent() -> ja.SACConfig:
 
 
 @dataclasses.dataclass
-class Args(dqn_experiment.RunArgs):
+class Args(experiment.RunArgs):
   """SAC's flags: the run's (as experiments/dqn.py's) and the agent's (--agent.*)."""
 
   env_id: str = "Pendulum-v1"
@@ -61,8 +60,8 @@ class Args(dqn_experiment.RunArgs):
 
 
 def main(args: Args) -> dict:
-  return dqn_experiment.run(args, "SAC", agent_cls=ja.SAC, agent_cfg=args.agent)
+  return experiment.run(args, "SAC", ja.SAC, args.agent)
 
 
 if __name__ == "__main__":
-  dqn_experiment.run_cli(lambda: main(tyro.cli(Args, description=__doc__)))
+  experiment.run_cli(lambda: main(tyro.cli(Args, description=__doc__)))

@@ -13,7 +13,7 @@ from jaxasync.atari import AtariEnvFactory
 from jaxasync.checkpoint import claim_run_dir, restore_checkpoint, save_checkpoint
 from jaxasync.envs import ConfigError, EnvFactory, check_env_id
 from jaxasync.evaluator import Evaluator
-from jaxasync.faults import NonFiniteError, StallError
+from jaxasync.faults import CheckpointError, NonFiniteError, StallError
 from jaxasync.inference import InferenceClient, InferenceServer
 from jaxasync.config import AsyncConfig, TrainerConfig
 from jaxasync.hooks import Hook, IntervalTrigger
@@ -77,6 +77,7 @@ __all__ = [
     "ModelInfo",
     "MultiRecorder",
     "NonFiniteError",
+    "CheckpointError",
     "NullRecorder",
     "PPO",
     "PPOConfig",

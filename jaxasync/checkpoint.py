@@ -30,26 +30,29 @@ from flax import serialization
 PyTree = Any
 
 
-def run_files(directory: str | os.PathLike, events: bool = True) -> list[Path]:
+def run_files(directory: str | os.PathLike, preamble: bool = True) -> list[Path]:
   """What a run leaves in ``directory``: ``summary.json``, ``best/``, ``final/``, numbered
-  checkpoints and, with ``events``, TensorBoard event files."""
+  checkpoints and, with ``preamble``, what a run driver writes before its trainer starts:
+  TensorBoard event files and ``config.json``."""
   directory = Path(directory)
   if not directory.is_dir():
     return []
   return sorted(p for p in directory.iterdir()
                 if p.name in ("summary.json", "best", "final")
                 or (p.is_dir() and p.name.isdigit())
-                or (events and p.name.startswith("events.out.tfevents.")))
+                or (preamble and (p.name == "config.json"
+                                  or p.name.startswith("events.out.tfevents."))))
 
 
 def claim_run_dir(directory: str | os.PathLike, overwrite: bool = False,
-                  events: bool = True) -> Path:
+                  preamble: bool = True) -> Path:
   """Makes ``directory`` ready for a new run's files without mixing them with another run's.
 
   Raises ``ConfigError`` if it is a file, cannot be created or written, or already holds a
   run's files (``run_files``: its ``best/`` could be overwritten by a worse model, its
   checkpoints and event files mixed with the new run's) unless ``overwrite``, which
-  deletes those files first.
+  deletes those files first. ``preamble=False``: a trainer's own claim, after its driver
+  claimed the directory and wrote its event file and config (``run_files``).
   """
   from jaxasync.envs import ConfigError
   directory = Path(directory)
@@ -62,7 +65,7 @@ def claim_run_dir(directory: str | os.PathLike, overwrite: bool = False,
   except OSError as e:
     raise ConfigError(f"--logdir {directory} cannot be written ({e.strerror or e}); pass a "
                       "writable directory.") from None
-  old = run_files(directory, events)
+  old = run_files(directory, preamble)
   if old and not overwrite:
     names = ", ".join(p.name for p in old[:4]) + (", ..." if len(old) > 4 else "")
     raise ConfigError(

@@ -89,6 +89,11 @@ class TrainerConfig:
 
   def validate(self, batch_size: int) -> None:
     check_return_settings(self.n_step, self.gamma, self.reward_clip)
+    if self.max_opts < 1:
+      raise ConfigError(f"max_opts must be >= 1 SGD step, got {self.max_opts}.")
+    if self.max_policy_lag is not None and self.max_policy_lag < 0:
+      raise ConfigError(f"max_policy_lag must be >= 0 SGD steps, or None for no bound; got "
+                        f"{self.max_policy_lag}.")
     if batch_size > self.warmup_period:
       raise ConfigError(
           f"batch_size={batch_size} is larger than warmup_period={self.warmup_period}: the "

@@ -28,6 +28,11 @@ class StallError(RuntimeError):
   """The run made no progress for ``stall_timeout`` seconds; the message names the stage."""
 
 
+class CheckpointError(RuntimeError):
+  """A checkpoint could not be written (disk full, permissions gone): the message names the
+  path, the OS's reason and the last complete checkpoint, which is untouched."""
+
+
 def _inexact_leaves(tree: Any) -> list:
   return [x for x in jax.tree.leaves(tree)
           if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.inexact)]

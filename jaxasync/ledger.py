@@ -15,7 +15,7 @@ import jax
 import numpy as np
 
 from jaxasync.checkpoint import save_checkpoint
-from jaxasync.faults import NonFiniteError, Watchdog, all_finite, logger
+from jaxasync.faults import CheckpointError, NonFiniteError, Watchdog, all_finite, logger
 from jaxasync.learner import Learner
 from jaxasync.recorder import Recorder
 
@@ -143,7 +143,10 @@ class RunLedger:
       self.error = f"{type(error).__name__}: {error}"
 
   def should_stop(self, env_steps: int) -> bool:
-    """``max_opts``, ``max_env_steps``, ``duration``, ``target_eval_reward`` or a requested stop."""
+    """``max_opts``, ``max_env_steps``, ``duration``, ``target_eval_reward`` or a requested stop;
+    raises the error of a failed background save (the run ends at once, not one save later)."""
+    if self._write_error is not None:
+      self.wait_for_writes()
     c = self.config
     return (self.learner.opt_steps >= c.max_opts
             or time.perf_counter() >= self._stop_at
@@ -160,7 +163,8 @@ class RunLedger:
     host memory; ``source_state`` is already a copy) and a writer thread does the rest; a
     save waits for the previous one's writer first, so at most one is in flight, and
     ``wait_for_writes`` (called at the end of a run) waits for it. A failed background write
-    is raised by the next save or ``wait_for_writes``.
+    is raised by the next ``should_stop``, save or ``wait_for_writes``; an ``OSError`` of the
+    write becomes a one-line ``CheckpointError``.
     """
     if self.model_dir is None:
       return
@@ -173,8 +177,15 @@ class RunLedger:
     state = jax.device_get(self.learner.state)  # a host copy: the next update may donate it
 
     def write():
-      self.last_checkpoint = save_checkpoint(self.model_dir / name, state, meta, source_state,
-                                             actor_state)
+      try:
+        path = save_checkpoint(self.model_dir / name, state, meta, source_state, actor_state)
+      except OSError as e:
+        raise CheckpointError(
+            f"checkpoint {name!r} could not be written in {self.model_dir} "
+            f"({e.strerror or e}{f': {e.filename}' if e.filename else ''}); the last complete "
+            f"checkpoint is {self.last_checkpoint or 'none'}, untouched. Free space (or fix the "
+            "directory) and continue with --resume.") from e
+      self.last_checkpoint = path
       keep = self.config.keep_checkpoints
       numbered = sorted((p for p in self.model_dir.iterdir() if p.is_dir() and p.name.isdigit()),
                         key=lambda p: int(p.name))

@@ -146,7 +146,7 @@ class Trainer:
       raise ConfigError("resume continues the run in model_dir: set TrainerConfig.model_dir "
                         "(--logdir) to the run's directory.")
     if config.model_dir and not resume:  # before any env, queue or shared memory exists: a
-      claim_run_dir(config.model_dir, config.overwrite, events=False)  # refusal leaks none
+      claim_run_dir(config.model_dir, config.overwrite, preamble=False)  # refusal leaks none
     self.agent, self.config, self.async_config = agent, config, async_config
     self.recorder = recorder or NullRecorder()
     ac = async_config
@@ -247,7 +247,7 @@ class Trainer:
       return True
     logger.warning(f"checkpoints will not hold the replay ({size / 2**30:.1f} GiB; "
                    f"{free / 2**30:.1f} GiB free): a resumed run refills it. Pass "
-                   "save_replay=True (--save-replay) to keep it anyway.")
+                   "save_replay=True (--save-replay True) to keep it anyway.")
     return False
 
   def _make_actor_feed(self, agent, agent_factory, env_factory, collector,

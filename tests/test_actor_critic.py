@@ -18,6 +18,7 @@ import pytest
 import rlax
 
 import jaxasync as ja
+from jaxasync import experiment
 from jaxasync.agents.actor_critic import unroll_pairs
 from jaxasync.agents.impala import vtrace_losses
 from jaxasync.agents.ppo import PPOBatch, gae_advantages, ppo_losses
@@ -218,7 +219,8 @@ def test_lockstep_runs_are_bit_identical(tmp_path):
   import ppo  # experiments/ppo.py: the run's agent, to read its checkpoints
   args = ppo.Args(mode="sync", max_env_steps=5120)
   cartpole = gym.make("CartPole-v1")
-  agent = ja.PPO(ppo.agent_config(args), cartpole.observation_space, cartpole.action_space)
+  agent = ja.PPO(experiment.anneal_over_env_steps(args), cartpole.observation_space,
+                 cartpole.action_space)
   template = agent.init(jax.random.PRNGKey(0))
   states = [ja.restore_checkpoint(tmp_path / f"run{i}" / "final", template)[0] for i in range(2)]
   assert summaries[0]["opt_steps"] == 20  # 5120 env steps / (32 steps x 8 envs)

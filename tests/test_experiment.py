@@ -1,0 +1,150 @@
+"""The run driver (jaxasync.experiment): the saved config.json, and a --resume that refuses a
+changed run in one line instead of training on silently."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import tyro
+
+import jaxasync as ja
+from jaxasync import experiment
+
+import dqn  # experiments/dqn.py (experiments/ is on pytest's pythonpath)
+import ppo  # experiments/ppo.py
+
+# A short lock-step DQN run: 200 SGD steps, checkpoints every 100, no evaluation.
+SHORT = ["--mode", "sync", "--no-progress", "--max-opts", "200", "--warmup-period", "200",
+         "--eval-interval", "0", "--save-interval", "100", "--agent.hidden-sizes", "16"]
+
+
+def _dqn(logdir, *flags) -> dict:
+  return dqn.main(tyro.cli(dqn.Args, args=[*SHORT, "--logdir", str(logdir), *flags]))
+
+
+def test_flag_and_field_spellings():
+  assert experiment.flag("agent.learning_rate") == "--agent.learning-rate"
+  assert experiment.flag("async_.num_actors") == "--async.num-actors"
+  assert experiment.flag("env_id") == "--env-id"
+  for spelt in ("agent.learning_rate", "--agent.learning-rate", "agent.learning-rate"):
+    assert experiment.field_name(spelt) == "agent.learning_rate"
+  assert experiment.field_name("async.num-actors") == "async_.num_actors"
+
+
+def test_flat_settings_nest_and_round_trip_through_json():
+  args = tyro.cli(ppo.Args, args=["--agent.hidden-sizes", "32", "32", "--async.num-actors", "2"])
+  flat = experiment.flat_settings(args)
+  assert flat["agent.hidden_sizes"] == [32, 32]  # a tuple, as JSON gives it back
+  assert flat["async_.num_actors"] == 2
+  assert flat["agent.gamma"] == 0.98 and flat["env_id"] == "CartPole-v1"
+  assert flat == json.loads(json.dumps(flat))
+
+
+def test_resume_changes_sorts_refused_from_applied():
+  saved = {"env_id": "CartPole-v1", "agent.learning_rate": 1e-3, "max_opts": 100, "seed": 0,
+           "async_.num_actors": 1, "resume": False, "agent.hidden_sizes": [64, 64]}
+  now = dict(saved, env_id="CartPole-v0", **{"agent.learning_rate": 0.1}, max_opts=500,
+             resume=True, **{"async_.num_actors": 3, "agent.hidden_sizes": [32]})
+  refused, applied = experiment.resume_changes(saved, now)
+  assert refused == ["--agent.hidden-sizes 32 (was 64 64)",
+                     "--agent.learning-rate 0.1 (was 0.001)", "--env-id CartPole-v0 (was CartPole-v1)"]
+  assert applied == ["--async.num-actors 3 (was 1)", "--max-opts 500 (was 100)"]  # resume: not compared
+  refused, applied = experiment.resume_changes(saved, now, ("--agent.learning-rate", "agent"))
+  assert refused == ["--env-id CartPole-v0 (was CartPole-v1)"]
+  assert len(applied) == 4
+  assert experiment.resume_changes(saved, {**saved, "n_step": 3})[0] == ["--n-step 3 (was <absent>)"]
+
+
+def test_the_run_saves_its_flags_and_a_changed_resume_is_refused_in_one_line(tmp_path):
+  logdir = tmp_path / "run"
+  _dqn(logdir)
+  record = json.loads((logdir / "config.json").read_text())
+  assert record["algorithm"] == "DQN" and record["action_space"] == "Discrete(2)"
+  assert record["settings"]["agent.hidden_sizes"] == [16]
+  assert record["settings"]["agent.learning_rate"] == 1e-3
+  # Each of these trained on silently before (issue 30), or failed as a "damaged checkpoint".
+  for flags, named in [(["--env-id", "CartPole-v0"], "--env-id CartPole-v0 (was CartPole-v1)"),
+                       (["--agent.learning-rate", "0.1", "--gamma", "0.5"],
+                        "--agent.learning-rate 0.1 (was 0.001); --gamma 0.5 (was 0.99)"),
+                       (["--n-step", "1"], "--n-step 1 (was 5)"),
+                       (["--agent.no-munchausen"], "--agent.munchausen False (was True)"),
+                       (["--agent.hidden-sizes", "32", "32"], "--agent.hidden-sizes 32 32 (was 16)")]:
+    with pytest.raises(ja.ConfigError) as e:
+      _dqn(logdir, "--resume", *flags)
+    message = str(e.value)
+    assert "\n" not in message and named in message, message
+    assert "Start a new --logdir" in message and "--allow-changes" in message
+  summary = json.loads((logdir / "summary.json").read_text())
+  assert summary["opt_steps"] == 200  # nothing trained by the refused resumes
+
+
+def test_allowed_and_safe_changes_are_applied_and_saved(tmp_path, capsys):
+  logdir = tmp_path / "run"
+  _dqn(logdir)
+  capsys.readouterr()
+  summary = _dqn(logdir, "--resume", "--max-opts", "300", "--agent.learning-rate", "5e-4",
+                 "--allow-changes", "agent.learning_rate")
+  assert summary["opt_steps"] == 300
+  out = capsys.readouterr().out
+  assert ("resume: applying --agent.learning-rate 0.0005 (was 0.001); --max-opts 300 (was 200)"
+          in out)
+  settings = json.loads((logdir / "config.json").read_text())["settings"]
+  assert settings["agent.learning_rate"] == 5e-4 and settings["max_opts"] == 300
+
+
+def test_resume_from_compares_with_the_checkpoints_run(tmp_path):
+  _dqn(tmp_path / "a")
+  with pytest.raises(ja.ConfigError, match=r"run saved in .*a with settings .*--seed 1 \(was 0\)"):
+    _dqn(tmp_path / "b", "--resume-from", str(tmp_path / "a" / "final"), "--seed", "1")
+  assert not (tmp_path / "b" / "config.json").exists()
+
+
+def test_a_new_run_refuses_a_logdir_holding_only_a_config(tmp_path):
+  logdir = tmp_path / "run"
+  logdir.mkdir()
+  (logdir / "config.json").write_text("{}")
+  with pytest.raises(ja.ConfigError, match=r"already holds a run \(config.json\)"):
+    _dqn(logdir)
+
+
+def test_no_experiment_script_imports_another():
+  """Each script reads top to bottom over jaxasync.experiment (issue 29): none imports another."""
+  from pathlib import Path
+  scripts = sorted((Path(__file__).resolve().parents[1] / "experiments").glob("*.py"))
+  names = {p.stem for p in scripts}
+  assert {"dqn", "impala", "ppo", "sac", "rainbow"} <= names
+  for path in scripts:
+    for line in path.read_text().splitlines():
+      words = line.split()
+      if words[:1] in (["import"], ["from"]) and len(words) > 1:
+        assert words[1].split(".")[0] not in names, f"{path.name}: {line.strip()}"
+
+
+@pytest.mark.parametrize("save_replay", ["False", "True"])  # True: the background writer
+def test_a_full_disk_during_a_save_ends_in_one_error_line(tmp_path, monkeypatch, capsys,
+                                                          save_replay):
+  """The second checkpoint's write fails as on a full disk (ENOSPC): the run stops at once with
+  rc 1 and one line naming the directory, the OS's reason and the last complete checkpoint."""
+  import errno
+  import jaxasync.ledger
+  real, calls = jaxasync.ledger.save_checkpoint, []
+
+  def save_checkpoint(path, *a, **k):
+    calls.append(path)
+    if len(calls) == 2:
+      raise OSError(errno.ENOSPC, "No space left on device", str(path) + ".tmp")
+    return real(path, *a, **k)
+
+  monkeypatch.setattr(jaxasync.ledger, "save_checkpoint", save_checkpoint)
+  logdir = tmp_path / "run"
+  with pytest.raises(SystemExit) as e:
+    experiment.run_cli(lambda: _dqn(logdir, "--max-opts", "400", "--save-replay", save_replay))
+  assert e.value.code == 1
+  err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+  assert len(err) == 1, err
+  assert "checkpoint '200' could not be written" in err[0]
+  assert "No space left on device" in err[0] and f"{logdir / '100'}, untouched" in err[0]
+  assert (logdir / "100").is_dir() and calls[1] == logdir / "200"
+  summary = json.loads((logdir / "summary.json").read_text())
+  assert summary["opt_steps"] < 300 and "CheckpointError" in summary["error"]  # at once
