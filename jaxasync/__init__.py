@@ -2,7 +2,7 @@
 
 from jaxasync.actor import ActorConfig
 from jaxasync.agent import ActorContext, Agent, DataSpec
-from jaxasync.actor_manager import ActorFailed, ActorManager, ActorStats
+from jaxasync.actor_manager import ActorManager, ActorStats
 from jaxasync.agents.dqn import DQN, DQNConfig, DQNState
 from jaxasync.agents.sac import SAC, SACConfig, SACState
 from jaxasync.agents.actor_critic import ActorCriticConfig, ActorCriticState
@@ -11,9 +11,9 @@ from jaxasync.agents.ppo import PPO, PPOConfig
 from jaxasync.agents.exploration import EpsilonState, apex_epsilons, epsilon_greedy, linear_epsilon
 from jaxasync.atari import AtariEnvFactory
 from jaxasync.checkpoint import claim_run_dir, restore_checkpoint, save_checkpoint
-from jaxasync.envs import ConfigError, EnvFactory, check_env_id
+from jaxasync.errors import ActorFailed, CheckpointError, ConfigError, NonFiniteError, StallError
+from jaxasync.envs import EnvFactory, check_env_id
 from jaxasync.evaluator import Evaluator
-from jaxasync.faults import CheckpointError, NonFiniteError, StallError
 from jaxasync.inference import InferenceClient, InferenceServer
 from jaxasync.config import AsyncConfig, TrainerConfig
 from jaxasync.hooks import Hook, IntervalTrigger

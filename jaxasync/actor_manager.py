@@ -13,6 +13,7 @@ from typing import Any, Callable
 import numpy as np
 
 from jaxasync.actor import ActorConfig, ActorShared, run_actor, run_actor_process
+from jaxasync.errors import ActorFailed
 from jaxasync.transport import ChunkQueue
 
 
@@ -32,10 +33,6 @@ class StopFlag:
 
   def set(self) -> None:
     self._flag.value = 1
-
-
-class ActorFailed(RuntimeError):
-  """An actor raised more often than ``max_restarts`` allows; carries its traceback."""
 
 
 @dataclasses.dataclass

@@ -55,7 +55,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from jaxasync.envs import ConfigError
+from jaxasync.errors import ConfigError
 
 BACKENDS = ("gymnasium", "ale_vector", "envpool")
 

@@ -54,7 +54,7 @@ def claim_run_dir(directory: str | os.PathLike, overwrite: bool = False,
   deletes those files first. ``preamble=False``: a trainer's own claim, after its driver
   claimed the directory and wrote its event file and config (``run_files``).
   """
-  from jaxasync.envs import ConfigError
+  from jaxasync.errors import ConfigError
   directory = Path(directory)
   if directory.exists() and not directory.is_dir():
     raise ConfigError(f"--logdir {directory} is a file, not a directory; pass a directory path.")

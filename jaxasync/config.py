@@ -8,7 +8,7 @@ import dataclasses
 import math
 from typing import Literal
 
-from jaxasync.envs import ConfigError
+from jaxasync.errors import ConfigError
 from jaxasync.step_processor import check_return_settings
 
 

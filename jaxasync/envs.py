@@ -12,9 +12,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
-
-class ConfigError(ValueError):
-  """Bad user input: the message names the problem and the fix."""
+from jaxasync.errors import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -33,7 +33,7 @@ class Evaluator:
     if want_obs is not None and (obs.shape != want_obs.shape or obs.dtype != want_obs.dtype
                                  or act != want_act):
       self._env.close()
-      from jaxasync.envs import ConfigError
+      from jaxasync.errors import ConfigError
       raise ConfigError(
           f"the evaluation env ({getattr(env_factory, 'env_id', env_factory)}) has observations "
           f"{obs.shape} {obs.dtype} and actions {act}, the training env {want_obs.shape} "

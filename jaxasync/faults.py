@@ -1,4 +1,4 @@
-"""Fault detection: non-finite learning, stalled runs. Errors that name the problem and the fix.
+"""Fault detection: non-finite learning, stalled runs (the errors themselves: jaxasync.errors).
 
 ``NonFiniteError`` stops a run whose loss, priorities or params stopped being finite
 (before any checkpoint of them is written); ``StallError`` stops a run that made no
@@ -17,20 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxasync.errors import StallError
+
 logger = logging.getLogger("jaxasync")
-
-
-class NonFiniteError(RuntimeError):
-  """The loss, a priority or the params became NaN or infinite: training diverged."""
-
-
-class StallError(RuntimeError):
-  """The run made no progress for ``stall_timeout`` seconds; the message names the stage."""
-
-
-class CheckpointError(RuntimeError):
-  """A checkpoint could not be written (disk full, permissions gone): the message names the
-  path, the OS's reason and the last complete checkpoint, which is untouched."""
 
 
 def _inexact_leaves(tree: Any) -> list:

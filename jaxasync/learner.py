@@ -13,7 +13,8 @@ import jax
 import numpy as np
 
 from jaxasync.agent import Agent
-from jaxasync.faults import NonFiniteError, all_finite
+from jaxasync.errors import NonFiniteError
+from jaxasync.faults import all_finite
 from jaxasync.param_store import device_copy, host_copy
 from jaxasync.sharding import DataParallel
 from jaxasync.types import ModelInfo

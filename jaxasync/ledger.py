@@ -15,7 +15,8 @@ import jax
 import numpy as np
 
 from jaxasync.checkpoint import save_checkpoint
-from jaxasync.faults import CheckpointError, NonFiniteError, Watchdog, all_finite, logger
+from jaxasync.errors import CheckpointError, NonFiniteError
+from jaxasync.faults import Watchdog, all_finite, logger
 from jaxasync.learner import Learner
 from jaxasync.recorder import Recorder
 

@@ -19,7 +19,7 @@ import dataclasses
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
-from jaxasync.envs import ConfigError
+from jaxasync.errors import ConfigError
 
 GAMES = ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")
 

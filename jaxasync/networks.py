@@ -94,7 +94,7 @@ def make_torso(torso: Torso, hidden_sizes: Sequence[int], layer_norm: bool = Fal
 def check_torso(torso: str, obs_shape: Sequence[int], env_id: str = "the env") -> None:
   """Raises ``ConfigError`` if a CNN torso is asked for observations that are not ``[H, W, C]``."""
   if torso in ("nature_cnn", "minatar_cnn") and len(obs_shape) != 3:
-    from jaxasync.envs import ConfigError
+    from jaxasync.errors import ConfigError
     raise ConfigError(
         f"torso {torso!r} needs image observations [H, W, C], but {env_id} has observations of "
         f"shape {tuple(obs_shape)}; use torso 'mlp' or 'auto'.")

@@ -43,8 +43,9 @@ from typing import Any, Callable
 import numpy as np
 
 from jaxasync.actor import ActorConfig, ActorShared, run_actor
-from jaxasync.actor_manager import ActorFailed, ActorStats
-from jaxasync.envs import ConfigError
+from jaxasync.actor_manager import ActorStats
+from jaxasync.errors import ActorFailed
+from jaxasync.errors import ConfigError
 from jaxasync.param_store import ThreadParamStore
 from jaxasync.transport import Chunk, ChunkQueue
 from jaxasync.types import ModelInfo

@@ -22,7 +22,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from jaxasync.envs import ConfigError
+from jaxasync.errors import ConfigError
 
 PyTree = Any
 

@@ -11,7 +11,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxasync.envs import ConfigError
+from jaxasync.errors import ConfigError
 from jaxasync.types import Transition
 
 

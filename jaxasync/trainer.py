@@ -22,7 +22,8 @@ from jaxasync.actor_manager import ActorManager, ActorStats
 from jaxasync.agent import Agent
 from jaxasync.checkpoint import claim_run_dir, load_checkpoint, resumable_checkpoints
 from jaxasync.config import AsyncConfig, TrainerConfig
-from jaxasync.envs import ConfigError, EnvFactory
+from jaxasync.errors import ConfigError
+from jaxasync.envs import EnvFactory
 from jaxasync.evaluator import Evaluator
 from jaxasync.faults import logger
 from jaxasync.hooks import Hook

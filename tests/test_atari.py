@@ -11,7 +11,8 @@ pytest.importorskip("cv2")
 
 from jaxasync import DQN, DQNConfig, Trainer, TrainerConfig  # noqa: E402
 from jaxasync.atari import AtariEnvFactory, is_atari_id  # noqa: E402
-from jaxasync.envs import ConfigError, spaces_of  # noqa: E402
+from jaxasync.errors import ConfigError
+from jaxasync.envs import spaces_of  # noqa: E402
 from jaxasync.replay.frames import PrioritizedFrameReplayBuffer  # noqa: E402
 from jaxasync.types import transition_example  # noqa: E402
 

@@ -13,7 +13,8 @@ pytest.importorskip("minatar")
 from helpers import rainbow_module  # noqa: E402
 
 import jaxasync as ja  # noqa: E402
-from jaxasync.envs import ConfigError, spaces_of  # noqa: E402
+from jaxasync.errors import ConfigError
+from jaxasync.envs import spaces_of  # noqa: E402
 from jaxasync.agents.q_network import QNetwork  # noqa: E402
 from jaxasync.networks import MinAtarCNN, default_torso  # noqa: E402
 

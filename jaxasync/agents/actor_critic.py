@@ -22,7 +22,8 @@ import numpy as np
 import optax
 
 from jaxasync.agent import ActorContext, Agent, DataSpec, key_data
-from jaxasync.envs import ConfigError, check_box_observations
+from jaxasync.errors import ConfigError
+from jaxasync.envs import check_box_observations
 from jaxasync.networks import TORSOS, Torso, check_torso, default_torso, make_torso
 
 PyTree = Any

@@ -35,7 +35,8 @@ import rlax
 from jaxasync.agent import ActorContext, Agent, DataSpec, key_data
 from jaxasync.agents.exploration import (EpsilonState, apex_epsilons, epsilon_greedy,
                                          linear_epsilon)
-from jaxasync.envs import ConfigError, check_box_observations
+from jaxasync.errors import ConfigError
+from jaxasync.envs import check_box_observations
 from jaxasync.agents.q_network import QNetwork
 from jaxasync.networks import TORSOS, Torso, check_torso, default_torso
 from jaxasync.types import Transition

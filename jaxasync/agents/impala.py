@@ -31,7 +31,7 @@ from jaxasync.agents.actor_critic import (ActorCriticConfig, ActorCriticState,
                                           adam_with_clipping, categorical_entropy, masked_mean,
                                           unroll_pairs)
 from jaxasync.collectors.unrolls import Unroll
-from jaxasync.envs import ConfigError
+from jaxasync.errors import ConfigError
 
 PyTree = Any
 

@@ -31,7 +31,7 @@ from jaxasync.agents.actor_critic import (ActorCriticConfig, ActorCriticState,
                                           unroll_pairs)
 from jaxasync.collectors.unrolls import Unroll
 from jaxasync.sharding import constrain_to_batch_shards
-from jaxasync.envs import ConfigError
+from jaxasync.errors import ConfigError
 
 PyTree = Any
 

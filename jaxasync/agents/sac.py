@@ -42,7 +42,8 @@ import optax
 
 from jaxasync.agent import ActorContext, Agent, DataSpec, key_data
 from jaxasync.agents.sac_networks import GaussianPolicy, TwinQCritic, squashed_gaussian
-from jaxasync.envs import ConfigError, check_box_observations
+from jaxasync.errors import ConfigError
+from jaxasync.envs import check_box_observations
 from jaxasync.networks import TORSOS, Torso, check_torso, default_torso
 from jaxasync.types import Transition
 

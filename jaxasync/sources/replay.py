@@ -19,7 +19,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxasync.envs import ConfigError
+from jaxasync.errors import ConfigError
 from jaxasync.replay.prioritized import linear_beta
 from jaxasync.sources.base import Sample
 from jaxasync.types import Transition
