@@ -3,31 +3,42 @@ agents, e.g. ``agents/q_network.py``)."""
 
 from __future__ import annotations
 
+import math
 from typing import Literal, Sequence, get_args
 
 import flax.linen as nn
 import jax.numpy as jnp
 
+Activation = Literal["relu", "tanh"]
+ACTIVATIONS = {"relu": nn.relu, "tanh": nn.tanh}
+
 
 class MLPTorso(nn.Module):
-  """ReLU MLP over flat vector observations ``[B, *obs_shape] -> [B, hidden[-1]]``.
+  """MLP over flat vector observations ``[B, *obs_shape] -> [B, hidden[-1]]``.
 
-  With ``layer_norm`` each layer is Dense -> LayerNorm -> ReLU: normalised features keep TD
-  learning's bootstrapped targets from feeding back into ever larger activations (Gallici et
-  al. 2024, "Simplifying Deep Temporal Difference Learning"; Ball et al. 2023).
+  With ``layer_norm`` each layer is Dense -> LayerNorm -> activation: normalised features keep
+  TD learning's bootstrapped targets from feeding back into ever larger activations (Gallici et
+  al. 2024, "Simplifying Deep Temporal Difference Learning"; Ball et al. 2023). With
+  ``orthogonal_init`` the kernels start orthogonal with gain sqrt(2) and the biases at 0 (the
+  PPO implementations' choice, Huang et al. 2022, "The 37 Implementation Details of PPO");
+  otherwise Flax's LeCun normal.
   """
 
   hidden_sizes: Sequence[int] = (64, 64)
   layer_norm: bool = False
+  activation: Activation = "relu"
+  orthogonal_init: bool = False
 
   @nn.compact
   def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
     x = obs.reshape(obs.shape[0], -1).astype(jnp.float32)
+    init = ({"kernel_init": nn.initializers.orthogonal(math.sqrt(2.0))}
+            if self.orthogonal_init else {})
     for size in self.hidden_sizes:
-      x = nn.Dense(size)(x)
+      x = nn.Dense(size, **init)(x)
       if self.layer_norm:
         x = nn.LayerNorm()(x)
-      x = nn.relu(x)
+      x = ACTIVATIONS[self.activation](x)
     return x
 
 
@@ -78,12 +89,14 @@ Torso = Literal["mlp", "nature_cnn", "minatar_cnn"]
 TORSOS: tuple[str, ...] = get_args(Torso)  # the torsos make_torso builds
 
 
-def make_torso(torso: Torso, hidden_sizes: Sequence[int], layer_norm: bool = False) -> nn.Module:
+def make_torso(torso: Torso, hidden_sizes: Sequence[int], layer_norm: bool = False,
+               activation: Activation = "relu", orthogonal_init: bool = False) -> nn.Module:
   """The torso module ``torso`` names: an MLP of ``hidden_sizes``, the Nature CNN, or the
   MinAtar CNN (its dense width: the last of ``hidden_sizes``); with ``layer_norm``, every
-  layer's output is normalised before its ReLU."""
+  layer's output is normalised before its activation. ``activation`` and ``orthogonal_init``
+  shape the MLP only (the CNNs keep ReLU and their default init)."""
   if torso == "mlp":
-    return MLPTorso(tuple(hidden_sizes), layer_norm)
+    return MLPTorso(tuple(hidden_sizes), layer_norm, activation, orthogonal_init)
   if torso == "nature_cnn":
     return NatureCNN(layer_norm)
   if torso == "minatar_cnn":

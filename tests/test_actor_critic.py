@@ -72,6 +72,48 @@ def test_vtrace_on_policy_by_hand(truncated):
   np.testing.assert_allclose(loss, metrics["pg_loss"] + metrics["baseline_loss"], rtol=1e-6)
 
 
+def test_vtrace_normalised_advantages_by_hand():
+  """With normalize_advantages the two real pairs' advantages are standardised over the real
+  pairs only (the masked pair across the boundary counts for nothing): +1 and -1."""
+  unroll = _boundary_unroll(truncated=False)
+  pairs = unroll_pairs(unroll, GAMMA)
+  logits = jnp.asarray(unroll.extras["logits"])
+  config = ja.IMPALAConfig(entropy_cost=0.0, normalize_advantages=True)
+  _, metrics = vtrace_losses(logits, jnp.asarray(V), pairs, config)
+  # advantages (vs_0 - 0.5, vs_1 - 1.5) are distinct, so standardised they are (+1, -1) in
+  # some order: pg = -mean(+-1 * log 0.5) = 0; the value loss is untouched.
+  np.testing.assert_allclose(metrics["pg_loss"], 0.0, atol=1e-5)
+  _, plain = vtrace_losses(logits, jnp.asarray(V), pairs, ja.IMPALAConfig(entropy_cost=0.0))
+  np.testing.assert_allclose(metrics["baseline_loss"], plain["baseline_loss"])
+  skewed = jnp.asarray(unroll.extras["logits"]).at[:, :, 1].add(1.0)  # pi(a) differs by action
+  unroll = unroll._replace(extras={"logits": np.asarray(skewed)})  # still on-policy: rho = 1
+  _, metrics = vtrace_losses(skewed, jnp.asarray(V), unroll_pairs(unroll, GAMMA), config)
+  log_pi = np.asarray(jax.nn.log_softmax(skewed))[[0, 1], 0, [1, 0]]  # actions 1, 0
+  vs_1 = 2.0
+  adv = np.array([1.0 + GAMMA * vs_1 - 0.5, vs_1 - 1.5])
+  adv = (adv - adv.mean()) / adv.std()
+  np.testing.assert_allclose(metrics["pg_loss"], -np.mean(adv * log_pi), rtol=1e-4)
+
+
+def test_mlp_torso_activation_and_orthogonal_init():
+  """tanh bounds the features; orthogonal init gives kernels with K^T K = 2 I (gain sqrt 2) and
+  zero biases; the parameter tree is the default torso's, so checkpoints keep their names."""
+  from jaxasync.networks import MLPTorso
+  obs = jax.random.normal(jax.random.PRNGKey(1), (5, 4)) * 100.0
+  torso = MLPTorso((8, 8), activation="tanh", orthogonal_init=True)
+  params = torso.init(jax.random.PRNGKey(0), obs)
+  features = torso.apply(params, obs)
+  chex.assert_shape(features, (5, 8))
+  assert float(jnp.max(jnp.abs(features))) <= 1.0
+  kernel = params["params"]["Dense_1"]["kernel"]
+  np.testing.assert_allclose(kernel.T @ kernel, 2.0 * np.eye(8), atol=1e-5)
+  np.testing.assert_array_equal(params["params"]["Dense_1"]["bias"], np.zeros(8))
+  default = MLPTorso((8, 8)).init(jax.random.PRNGKey(0), obs)
+  assert jax.tree.structure(default) == jax.tree.structure(params)
+  with pytest.raises(ja.ConfigError, match="activation must be one of"):
+    ja.PPOConfig(activation="gelu").validate()
+
+
 def test_vtrace_through_the_agent_equals_rlax_per_column():
   """Off-policy, several columns with random boundaries: the agent's loss equals one built
   from rlax.vtrace_td_error_and_advantage column by column, with rho zeroed on non-transitions."""

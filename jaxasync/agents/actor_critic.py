@@ -24,7 +24,8 @@ import optax
 from jaxasync.agent import ActorContext, Agent, DataSpec, key_data
 from jaxasync.errors import ConfigError
 from jaxasync.envs import check_box_observations
-from jaxasync.networks import TORSOS, Torso, check_torso, default_torso, make_torso
+from jaxasync.networks import (ACTIVATIONS, TORSOS, Activation, Torso, check_torso, default_torso,
+                               make_torso)
 
 PyTree = Any
 
@@ -42,18 +43,23 @@ class ActorCriticNetwork(nn.Module):
     torso: a ``jaxasync.networks`` torso name.
     hidden_sizes: the torso's layer widths.
     shared_torso: one torso for both heads.
+    activation: the MLP torso's nonlinearity.
+    orthogonal_init: the MLP torso's kernels orthogonal with gain sqrt(2).
   """
 
   num_actions: int
   torso: str = "mlp"
   hidden_sizes: Sequence[int] = (64, 64)
   shared_torso: bool = False
+  activation: Activation = "relu"
+  orthogonal_init: bool = False
 
   @nn.compact
   def __call__(self, obs: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
-    policy_features = make_torso(self.torso, self.hidden_sizes)(obs)
-    value_features = (policy_features if self.shared_torso
-                      else make_torso(self.torso, self.hidden_sizes)(obs))
+    torso = lambda: make_torso(self.torso, self.hidden_sizes, activation=self.activation,
+                               orthogonal_init=self.orthogonal_init)
+    policy_features = torso()(obs)
+    value_features = policy_features if self.shared_torso else torso()(obs)
     logits = nn.Dense(self.num_actions, kernel_init=nn.initializers.orthogonal(0.01))(
         policy_features)
     value = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0))(value_features)[..., 0]
@@ -133,6 +139,14 @@ def masked_mean(x: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
   return jnp.sum(x * mask) / jnp.maximum(jnp.sum(mask), 1.0)
 
 
+def masked_standardize(x: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
+  """``x`` less its mean, over its standard deviation, both over the entries where ``mask`` is
+  True (the advantage normalisation of PPO implementations)."""
+  mean = masked_mean(x, mask)
+  std = jnp.sqrt(masked_mean(jnp.square(x - mean), mask))
+  return (x - mean) / (std + 1e-8)
+
+
 def check_discrete_actor_critic_spaces(obs_space: gym.Space, action_space: gym.Space,
                                        env_id: str, name: str) -> None:
   """Raises ``ConfigError`` unless the spaces suit a categorical actor-critic."""
@@ -169,7 +183,8 @@ class DiscreteActorCritic(Agent):
     torso = (default_torso(obs_space.shape, obs_space.dtype) if config.torso == "auto"
              else config.torso)
     self.network = ActorCriticNetwork(self.num_actions, torso, tuple(config.hidden_sizes),
-                                      config.shared_torso)
+                                      config.shared_torso, config.activation,
+                                      config.orthogonal_init)
     self.logits = jax.jit(lambda params, obs: self.network.apply(params, obs)[0])
 
   def init_params(self, key: chex.PRNGKey) -> PyTree:
@@ -229,6 +244,9 @@ class ActorCriticConfig:
     torso: network body; 'auto' picks by observation (CNNs for images, MLP for vectors).
     hidden_sizes: MLP layer widths (a CNN's dense width is the last one).
     shared_torso: one torso for the policy and value heads (False: one each).
+    activation: the MLP torso's nonlinearity ('relu' or 'tanh').
+    orthogonal_init: start the MLP torso's kernels orthogonal with gain sqrt(2) (False:
+      Flax's LeCun normal).
     unroll_length: T, env steps per unroll (one unroll: T steps of an actor's sub-envs).
     batch_size: unrolls per SGD step (PPO: per iteration), their sub-envs side by side.
     gamma: discount per env step.
@@ -244,6 +262,8 @@ class ActorCriticConfig:
   torso: Literal["auto", Torso] = "auto"
   hidden_sizes: Sequence[int] = (64, 64)
   shared_torso: bool = False
+  activation: Activation = "relu"
+  orthogonal_init: bool = False
   unroll_length: int = 20
   batch_size: int = 2
   gamma: float = 0.99
@@ -259,6 +279,8 @@ class ActorCriticConfig:
       raise ConfigError(f"torso must be 'auto' or one of {TORSOS}, got {self.torso!r}.")
     if not self.hidden_sizes:
       raise ConfigError("hidden_sizes must name at least one layer width, e.g. (64, 64).")
+    if self.activation not in ACTIVATIONS:
+      raise ConfigError(f"activation must be one of {tuple(ACTIVATIONS)}, got {self.activation!r}.")
     if self.unroll_length < 1 or self.batch_size < 1:
       raise ConfigError(f"unroll_length and batch_size must be >= 1, got {self.unroll_length} "
                         f"and {self.batch_size}.")

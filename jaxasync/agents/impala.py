@@ -29,6 +29,7 @@ import rlax
 from jaxasync.agents.actor_critic import (ActorCriticConfig, ActorCriticState,
                                           DiscreteActorCritic, action_log_prob,
                                           adam_with_clipping, categorical_entropy, masked_mean,
+                                          masked_standardize,
                                           unroll_pairs)
 from jaxasync.collectors.unrolls import Unroll
 from jaxasync.errors import ConfigError
@@ -46,12 +47,14 @@ class IMPALAConfig(ActorCriticConfig):
     vtrace_lambda: V-trace's lambda (1: the paper's).
     clip_rho_threshold: clip of the importance ratios in the value targets (rho-bar).
     clip_pg_rho_threshold: clip of the importance ratios in the policy gradient.
+    normalize_advantages: standardize the policy gradient's advantages over each batch.
   """
 
   baseline_cost: float = 0.5
   vtrace_lambda: float = 1.0
   clip_rho_threshold: float = 1.0
   clip_pg_rho_threshold: float = 1.0
+  normalize_advantages: bool = False
 
   def validate(self) -> None:
     super().validate()
@@ -75,7 +78,10 @@ def vtrace_losses(logits: jnp.ndarray, values: jnp.ndarray, pairs, config: IMPAL
           v_tm1, v_t, r_t, d_t, rho_tm1, config.vtrace_lambda, config.clip_rho_threshold,
           config.clip_pg_rho_threshold),
       in_axes=1, out_axes=1)(values[:-1], values[1:], pairs.reward, pairs.discount, rho)
-  pg_loss = -masked_mean(jax.lax.stop_gradient(vtrace.pg_advantage) * log_pi, pairs.mask)
+  advantage = jax.lax.stop_gradient(vtrace.pg_advantage)
+  if config.normalize_advantages:
+    advantage = masked_standardize(advantage, pairs.mask)
+  pg_loss = -masked_mean(advantage * log_pi, pairs.mask)
   baseline_loss = masked_mean(0.5 * jnp.square(vtrace.errors), pairs.mask)
   entropy = masked_mean(categorical_entropy(logits_tm1), pairs.mask)
   loss = pg_loss + config.baseline_cost * baseline_loss - config.entropy_cost * entropy

@@ -28,6 +28,7 @@ import rlax
 from jaxasync.agents.actor_critic import (ActorCriticConfig, ActorCriticState,
                                           DiscreteActorCritic, action_log_prob, batch_major,
                                           adam_with_clipping, categorical_entropy, masked_mean,
+                                          masked_standardize,
                                           unroll_pairs)
 from jaxasync.collectors.unrolls import Unroll
 from jaxasync.sharding import constrain_to_batch_shards
@@ -121,9 +122,7 @@ def ppo_losses(logits: jnp.ndarray, values: jnp.ndarray, batch: PPOBatch, config
   ratio = jnp.exp(log_ratio)
   advantage = batch.advantage
   if config.normalize_advantages:
-    mean = masked_mean(advantage, batch.mask)
-    std = jnp.sqrt(masked_mean(jnp.square(advantage - mean), batch.mask))
-    advantage = (advantage - mean) / (std + 1e-8)
+    advantage = masked_standardize(advantage, batch.mask)
   eps = config.clip_epsilon
   surrogate = jnp.minimum(ratio * advantage, jnp.clip(ratio, 1 - eps, 1 + eps) * advantage)
   pg_loss = -masked_mean(surrogate, batch.mask)
