@@ -45,6 +45,10 @@ class Evaluator:
 
   def evaluate(self, params: PyTree) -> float:
     """Mean undiscounted return over ``num_episodes`` first episodes."""
+    return float(self.episode_returns(params).mean())
+
+  def episode_returns(self, params: PyTree) -> np.ndarray:
+    """The undiscounted returns ``[num_episodes]`` of one evaluation's first episodes."""
     params = to_cpu(params)
     obs, _ = self._env.reset(seed=self._seed + self.count)
     self.count += 1
@@ -58,7 +62,7 @@ class Evaluator:
       self.steps += 1
       returns += reward * running
       running &= ~(terminated | truncated)
-    return float(returns.mean())
+    return returns
 
   def close(self) -> None:
     self._env.close()

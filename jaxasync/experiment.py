@@ -19,6 +19,7 @@ logging, the actors' arrangement) are applied and listed.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import os
 import sys
@@ -244,14 +245,44 @@ def field_name(text: str) -> str:
   return ".".join(["async_" if parts[0] == "async" else parts[0], *parts[1:]])
 
 
-def write_config(logdir: str | os.PathLike, settings: dict, title: str, env: Any) -> Path:
+def described(obj: Any) -> dict:
+  """A dataclass instance (an agent config, an env factory) as ``{"class": "module.Name",
+  "fields": {...}}``, which ``rebuilt`` turns back into an equal instance."""
+  return {"class": f"{type(obj).__module__}.{type(obj).__qualname__}",
+          "fields": json.loads(json.dumps(dataclasses.asdict(obj), default=str))}
+
+
+def importable(cls: type) -> str:
+  return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def imported(path: str) -> Any:
+  """The object ``"package.module.Name"`` names."""
+  module, _, name = path.rpartition(".")
+  return getattr(importlib.import_module(module), name)
+
+
+def rebuilt(record: dict) -> Any:
+  """The instance ``described`` recorded (JSON lists back to tuples)."""
+  fields = {k: tuple(v) if isinstance(v, list) else v for k, v in record["fields"].items()}
+  return imported(record["class"])(**fields)
+
+
+def write_config(logdir: str | os.PathLike, settings: dict, title: str, env: Any,
+                 agent_cls: type | None = None, agent_cfg: Any = None,
+                 eval_env: Any = None) -> Path:
   """Writes ``<logdir>/config.json`` (replacing it whole: a crash leaves the old one or the
-  new one, never half of either): the run's flags, the algorithm, the env's spaces and the
-  package version."""
+  new one, never half of either): the run's flags, the algorithm, the env's spaces, the
+  package version and, for ``jaxasync.enjoy``, the agent (class and resolved config) and the
+  evaluation env factory."""
   obs_space, action_space = ja.envs.spaces_of(env)
   record = {"algorithm": title, "jaxasync_version": ja.__version__,
             "observation_space": str(obs_space), "action_space": str(action_space),
             "settings": settings}
+  if agent_cls is not None:
+    record["agent"] = {"class": importable(agent_cls), "config": described(agent_cfg)}
+  if eval_env is not None and dataclasses.is_dataclass(eval_env):
+    record["eval_env"] = described(eval_env)
   path = Path(logdir) / CONFIG_FILE
   tmp = path.with_suffix(".json.tmp")
   tmp.write_text(json.dumps(record, indent=1, default=str) + "\n")
@@ -345,7 +376,7 @@ def run(args: RunArgs, title: str, agent_cls: type[ja.Agent], agent_cfg: Any,
     check_resume(args, settings)
   else:
     ja.claim_run_dir(args.logdir, args.overwrite)  # before the recorder writes its event file
-  write_config(args.logdir, settings, title, env)
+  write_config(args.logdir, settings, title, env, agent_cls, agent_cfg, eval_env)
   replay = make_replay(agent) if make_replay is not None else None
   recorder = ja.MultiRecorder(
       ja.TensorboardRecorder(args.logdir),
