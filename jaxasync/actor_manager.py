@@ -14,6 +14,7 @@ import numpy as np
 
 from jaxasync.actor import ActorConfig, ActorShared, run_actor, run_actor_process
 from jaxasync.errors import ActorFailed
+from jaxasync.faults import logger
 from jaxasync.transport import ChunkQueue
 
 
@@ -155,6 +156,9 @@ class ActorManager:
             f"actor {i} failed {self.restarts[i] + 1} times (max_restarts={self.max_restarts}); "
             f"last error:\n{tb}")
       self.restarts[i] += 1
+      last_line = tb.strip().splitlines()[-1] if tb.strip() else "no traceback"
+      logger.warning(f"actor {i} restarted ({self.restarts[i]} of at most {self.max_restarts}): "
+                     f"{last_line}")
       self._spawn(i)
 
   def stop_and_join(self, timeout: float = 10.0) -> list[ActorStats]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import logging
 import threading
 import time
 from pathlib import Path
@@ -76,14 +77,19 @@ def test_drop_oldest_counts_drops():
 
 
 @pytest.mark.parametrize("mode", ["thread", "process"])
-def test_raising_env_is_restarted_and_counted(mode):
+def test_raising_env_is_restarted_and_counted(mode, caplog):
   before = {t.ident for t in threading.enumerate()}
   trainer = _trainer(env=RaisingEnvFactory(steps=150), actor_mode=mode, num_actors=1,
                      max_restarts=50, config=_config(max_opts=200, duration=60))
-  summary = trainer.train()
+  with caplog.at_level(logging.WARNING, logger="jaxasync"):
+    summary = trainer.train()
   assert summary["opt_steps"] >= 200
   assert trainer.actor_stats[0].restarts >= 1
   assert summary["actor_restarts"] == trainer.actor_stats[0].restarts
+  # One console line per restart, with the error's last line.
+  lines = [r.getMessage() for r in caplog.records if "restarted" in r.getMessage()]
+  assert len(lines) == summary["actor_restarts"]
+  assert lines[0].startswith("actor 0 restarted (1 of at most 50): ") and "Error" in lines[0]
   assert_no_strays(before)
 
 
