@@ -471,10 +471,11 @@ def main(args: Args) -> dict:
   env = ja.EnvFactory(args.env_id)
   obs_space, action_space = ja.envs.spaces_of(env)
   if args.agent == "impala":
-    # experiments/impala.py's CartPole agent (2 unrolls of 16 steps per SGD step).
+    # experiments/impala.py's CartPole agent (one unroll of 5 steps per SGD step, tanh torsos).
     agent_cls, agent_config = ja.IMPALA, ja.IMPALAConfig(
-        hidden_sizes=tuple(args.hidden_sizes), unroll_length=16, batch_size=2,
-        learning_rate=5e-4, max_grad_norm=40.0)
+        hidden_sizes=tuple(args.hidden_sizes), unroll_length=5, batch_size=1,
+        learning_rate=7e-4, entropy_cost=0.0, activation="tanh", orthogonal_init=True,
+        max_grad_norm=40.0)
   else:
     agent_cls, agent_config = ja.DQN, ja.DQNConfig(hidden_sizes=tuple(args.hidden_sizes),
                                                    batch_size=args.batch_size)
