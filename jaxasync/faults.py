@@ -62,6 +62,7 @@ class Watchdog:
     self.fail_after = fail_after if fail_after and fail_after > 0 else None
     self.duration, self.grace, self.poll = duration, grace, poll
     self.warnings: list[str] = []
+    self._last, self._last_move = progress(), time.monotonic()
     self._stop = threading.Event()
     self._thread = threading.Thread(target=self._loop, name="jaxasync-watchdog", daemon=True)
 
@@ -70,16 +71,33 @@ class Watchdog:
       self._thread.start()
     return self
 
+  def _moved(self) -> float:
+    """Seconds since ``progress()`` last moved (reading it now)."""
+    now, value = time.monotonic(), self._progress()
+    if value != self._last:
+      self._last, self._last_move = value, now
+    return now - self._last_move
+
+  def stall_at_end(self) -> StallError | None:
+    """For a run that ``duration`` ended: a ``StallError`` naming the stage when nothing moved
+    in its second half (the stall limits, sized for long runs, cannot fire in a short one, and
+    such a run would otherwise end as if it had only learnt nothing); else None."""
+    idle = self._moved()
+    if self.duration is None or idle < self.duration / 2:
+      return None
+    return StallError(
+        f"--duration {self.duration:g} s ended a run that made no progress (no env step, SGD "
+        f"step or evaluation step) in its last {idle:.0f} s; stuck in: {self._stage()}. Check "
+        "that env.step() returns and that actors are alive.")
+
   def _loop(self) -> None:
-    start = last_move = time.monotonic()
-    last = self._progress()
+    start = time.monotonic()
     warned = False
     while not self._stop.wait(self.poll):
-      now, value = time.monotonic(), self._progress()
-      if value != last:
-        last, last_move, warned = value, now, False
+      now, idle = time.monotonic(), self._moved()
+      if idle == 0.0:  # it moved since the last poll
+        warned = False
         continue
-      idle = now - last_move
       if self.warn_after and idle >= self.warn_after and not warned:
         warned = True
         msg = (f"no progress (no env step, SGD step or evaluation step) for {idle:.0f} s; "

@@ -428,6 +428,8 @@ class LearnerLoop:
               hook.fn(self)
         if run.failure is not None:
           raise run.failure
+        if not run.interrupted and (stalled := dog.stall_at_end()) is not None:
+          raise stalled
       except KeyboardInterrupt as e:  # a second Ctrl-C (or one outside the main thread):
         run.interrupted = True       # clean up, save, then raise it
         forced = e

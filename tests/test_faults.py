@@ -274,6 +274,29 @@ def test_stuck_actors_become_a_stall_error_naming_the_stage():
   assert wall < 20
 
 
+@pytest.mark.parametrize("actor_mode", ["thread", "process"])
+def test_a_short_run_whose_actors_hang_ends_in_a_stall_error(actor_mode):
+  """The default stall limits (warn 60 s, fail 300 s) cannot fire in a --duration 6 run: before,
+  it ended with error None, as if it had only learnt nothing (issue 30). Now its end names the
+  stage it was stuck in."""
+  from faulty_envs import HangingEnvFactory
+  config = _config(duration=6.0, stall_warning=60.0, stall_timeout=300.0)
+  trainer = _trainer(env=HangingEnvFactory(steps=10), num_actors=1, actor_mode=actor_mode,
+                     config=config)
+  out, wall = _train_bounded(trainer, 40)
+  assert isinstance(out.get("error"), ja.StallError), out
+  message = str(out["error"])
+  assert message.startswith("--duration 6 s ended a run that made no progress")
+  assert "stuck in: waiting for the actors' chunks" in message
+  assert wall < 30
+
+
+def test_a_short_run_that_moves_is_not_a_stall():
+  out, _ = _train_bounded(_trainer(config=_config(duration=3.0)), 40)
+  assert "error" not in out, out
+  assert out["summary"]["env_steps"] > 0
+
+
 def test_duration_is_honoured_by_a_stuck_sync_run():
   from faulty_envs import HangingEnvFactory
   obs_space, action_space = ja.envs.spaces_of(CARTPOLE)
