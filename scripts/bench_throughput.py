@@ -475,7 +475,7 @@ def main(args: Args) -> dict:
     agent_cls, agent_config = ja.IMPALA, ja.IMPALAConfig(
         hidden_sizes=tuple(args.hidden_sizes), unroll_length=5, batch_size=1,
         learning_rate=7e-4, entropy_cost=0.0, activation="tanh", orthogonal_init=True,
-        max_grad_norm=40.0)
+        max_grad_norm=1.0)
   else:
     agent_cls, agent_config = ja.DQN, ja.DQNConfig(hidden_sizes=tuple(args.hidden_sizes),
                                                    batch_size=args.batch_size)
