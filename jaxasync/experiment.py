@@ -311,13 +311,16 @@ def resume_changes(saved: dict, current: dict, allowed: tuple[str, ...] = ()
                    ) -> tuple[list[str], list[str]]:
   """Compares a saved run's flags with a resume's (both ``flat_settings``): returns (refused,
   applied), each a list of ``"--flag NEW (was OLD)"``. A change is applied when its field or
-  the group above it is in ``RESUME_SAFE`` or ``allowed``, refused otherwise; the fields of
-  ``NOT_COMPARED`` are left out."""
+  the group above it is in ``RESUME_SAFE`` or ``allowed``, or when the saved config predates
+  the field; refused otherwise; the fields of ``NOT_COMPARED`` are left out."""
   permitted = set(RESUME_SAFE) | {field_name(a) for a in allowed}
   refused, applied = [], []
   for name in sorted((set(saved) | set(current)) - set(NOT_COMPARED)):
     old, new = saved.get(name, "<absent>"), current.get(name, "<absent>")
     if old == new:
+      continue
+    if name not in saved:  # a setting added since the run was saved: its old value is unknown
+      applied.append(f"{flag(name)} {_shown(new)} (not in the saved config)")
       continue
     text = f"{flag(name)} {_shown(new)} (was {_shown(old)})"
     parts = name.split(".")
@@ -330,9 +333,14 @@ def _shown(value: Any) -> str:
   return " ".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
-def check_resume(args: RunArgs, settings: dict) -> None:
+def check_resume(args: RunArgs, settings: dict, agent_cfg: Any = None) -> None:
   """Raises ``ConfigError`` naming every setting of a ``--resume`` that differs from the saved
-  run's and is neither safe nor in ``--allow-changes``; prints the changes it applies."""
+  run's and is neither safe nor in ``--allow-changes``; prints the changes it applies,
+  including those of the agent's resolved config that follow from them (a learning-rate decay
+  spanning a new ``--max-opts``)."""
+  if not args.resume_from and not Path(args.logdir).is_dir():
+    raise ja.ConfigError(f"--resume: {args.logdir} does not exist, so there is no run to "
+                         "continue; pass the --logdir of the run (or --resume-from a checkpoint).")
   found = saved_config(args)
   if found is None:
     print(f"resume: no {CONFIG_FILE} in {args.logdir} (a run saved before jaxasync wrote one): "
@@ -347,6 +355,15 @@ def check_resume(args: RunArgs, settings: dict) -> None:
         f"trained with: "
         f"{'; '.join(refused)}. Start a new --logdir for a new run, or pass --allow-changes "
         f"{names} to continue with them.")
+  saved_agent = record.get("agent", {}).get("config", {}).get("fields")
+  if saved_agent is not None and dataclasses.is_dataclass(agent_cfg):
+    now = described(agent_cfg)["fields"]
+    flat_now = {f"agent.{k}": v for k, v in now.items()}
+    for key in sorted(now):
+      if (now[key] != saved_agent.get(key, now[key])
+          and settings.get(f"agent.{key}") == record["settings"].get(f"agent.{key}")):
+        applied.append(f"{flag('agent.' + key)} {_shown(flat_now['agent.' + key])} (was "
+                       f"{_shown(saved_agent[key])}, following the changes above)")
   if applied:
     print(f"resume: applying {'; '.join(applied)}", flush=True)
 
@@ -363,7 +380,7 @@ def run(args: RunArgs, title: str, agent_cls: type[ja.Agent], agent_cfg: Any,
   mode = resolved_mode(args)
   env, eval_env = envs if envs is not None else default_envs(args)
   config = trainer_config(args)
-  resume = bool(args.resume_from or args.resume)
+  resume = args.resume_from or args.resume  # a checkpoint path, or True: the newest
   obs_space, action_space = ja.envs.spaces_of(env)
   agent = agent_cls(agent_cfg, obs_space, action_space, args.env_id)
   # Every setting checked before the logdir is touched: a refused run leaves no event file
@@ -372,11 +389,14 @@ def run(args: RunArgs, title: str, agent_cls: type[ja.Agent], agent_cfg: Any,
   if mode == "async":
     args.async_.validate()
   settings = flat_settings(args)
+  save_config = lambda: write_config(args.logdir, settings, title, env, agent_cls, agent_cfg,
+                                     eval_env)
   if resume:
-    check_resume(args, settings)
+    check_resume(args, settings, agent_cfg)
+    Path(args.logdir).mkdir(parents=True, exist_ok=True)  # (--resume-from into a new logdir)
   else:
     ja.claim_run_dir(args.logdir, args.overwrite)  # before the recorder writes its event file
-  write_config(args.logdir, settings, title, env, agent_cls, agent_cfg, eval_env)
+    save_config()
   replay = make_replay(agent) if make_replay is not None else None
   recorder = ja.MultiRecorder(
       ja.TensorboardRecorder(args.logdir),
@@ -389,12 +409,21 @@ def run(args: RunArgs, title: str, agent_cls: type[ja.Agent], agent_cfg: Any,
         + (f" ({ac.num_actors} {ac.actor_mode} actor(s) x {ac.envs_per_actor} envs)"
            if mode == "async" else f" ({args.num_envs} envs)")
         + f", logs and checkpoints in {os.path.abspath(args.logdir)}", flush=True)
-  if mode == "sync":
-    summary = ja.Trainer(agent, env, config, recorder, eval_env, replay=replay,
-                         resume=resume).train()
-  else:
-    summary, _ = ja.train_async(agent_cls, agent_cfg, env, config, ac, recorder, eval_env,
-                                replay=replay, resume=resume)
+  try:
+    if mode == "sync":
+      summary = ja.Trainer(agent, env, config, recorder, eval_env, replay=replay,
+                           resume=resume).train()
+    else:
+      summary, _ = ja.train_async(agent_cls, agent_cfg, env, config, ac, recorder, eval_env,
+                                  replay=replay, resume=resume)
+  except ja.ConfigError:  # nothing trained (no checkpoint could be resumed): the saved
+    raise                 # config still describes the checkpoints
+  except BaseException:
+    if resume:  # it trained with these settings before failing: its checkpoints have them
+      save_config()
+    raise
+  if resume:  # written once training ran, so a resume that could not load keeps the old one
+    save_config()
   # Env frames: env steps times the env's frame skip (Atari), for comparison with other libraries.
   summary["env_frames_per_sec"] = (summary["env_steps"] * getattr(env, "frame_skip", 1)
                                    / summary["wall_s"])

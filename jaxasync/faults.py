@@ -83,8 +83,8 @@ class Watchdog:
     in its second half (the stall limits, sized for long runs, cannot fire in a short one, and
     such a run would otherwise end as if it had only learnt nothing); else None."""
     idle = self._moved()
-    if self.duration is None or idle < self.duration / 2:
-      return None
+    if self.duration is None or self.fail_after is None or idle < self.duration / 2:
+      return None  # (no duration, or stall detection turned off)
     return StallError(
         f"--duration {self.duration:g} s ended a run that made no progress (no env step, SGD "
         f"step or evaluation step) in its last {idle:.0f} s; stuck in: {self._stage()}. Check "

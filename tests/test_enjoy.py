@@ -56,7 +56,8 @@ def test_video_frames_match_the_episode(run_dir, tmp_path):
   figures = enjoy.enjoy(enjoy.EnjoyArgs(str(run_dir), "final", video=str(tmp_path / "v.gif"),
                                         video_episodes=2))
   gif = Image.open(tmp_path / "v.gif")
-  assert gif.n_frames > 2 and gif.size == (600, 400) if "CartPole" in figures["env_id"] else (500, 500)
+  assert gif.n_frames > 2
+  assert gif.size == ((600, 400) if "CartPole" in figures["env_id"] else (500, 500))
   assert not list(tmp_path.glob(".*tmp*"))  # the temporary file was renamed into place
   # One frame after each reset and one per step (the GIF merges repeated frames, so count
   # them before): CartPole's return is the steps taken, Pendulum's episodes are 200 steps.

@@ -53,7 +53,9 @@ def test_resume_changes_sorts_refused_from_applied():
   refused, applied = experiment.resume_changes(saved, now, ("--agent.learning-rate", "agent"))
   assert refused == ["--env-id CartPole-v0 (was CartPole-v1)"]
   assert len(applied) == 4
-  assert experiment.resume_changes(saved, {**saved, "n_step": 3})[0] == ["--n-step 3 (was <absent>)"]
+  # A setting the saved config predates is applied, not refused: its old value is unknown.
+  assert experiment.resume_changes(saved, {**saved, "n_step": 3}) == (
+      [], ["--n-step 3 (not in the saved config)"])
 
 
 def test_the_run_saves_its_flags_and_a_changed_resume_is_refused_in_one_line(tmp_path):
@@ -87,17 +89,37 @@ def test_allowed_and_safe_changes_are_applied_and_saved(tmp_path, capsys):
                  "--allow-changes", "agent.learning_rate")
   assert summary["opt_steps"] == 300
   out = capsys.readouterr().out
-  assert ("resume: applying --agent.learning-rate 0.0005 (was 0.001); --max-opts 300 (was 200)"
-          in out)
+  # The learning-rate decay spans --max-opts: the resolved agent's change is listed too.
+  assert ("resume: applying --agent.learning-rate 0.0005 (was 0.001); --max-opts 300 (was 200); "
+          "--agent.learning-rate-decay-steps 300 (was 200, following the changes above)" in out)
   settings = json.loads((logdir / "config.json").read_text())["settings"]
   assert settings["agent.learning_rate"] == 5e-4 and settings["max_opts"] == 300
 
 
-def test_resume_from_compares_with_the_checkpoints_run(tmp_path):
+def test_resume_from_compares_with_the_checkpoints_run(tmp_path, caplog):
   _dqn(tmp_path / "a")
   with pytest.raises(ja.ConfigError, match=r"run saved in .*a with settings .*--seed 1 \(was 0\)"):
     _dqn(tmp_path / "b", "--resume-from", str(tmp_path / "a" / "final"), "--seed", "1")
   assert not (tmp_path / "b" / "config.json").exists()
+  # The named checkpoint, not the newest, into a new logdir, which gets the config.
+  with caplog.at_level("WARNING", logger="jaxasync"):
+    summary = _dqn(tmp_path / "b", "--resume-from", str(tmp_path / "a" / "100"), "--max-opts", "300")
+  assert f"resuming from {tmp_path / 'a' / '100'} (SGD step 100" in caplog.text
+  assert summary["opt_steps"] == 300
+  saved = json.loads((tmp_path / "b" / "config.json").read_text())["settings"]
+  assert saved["max_opts"] == 300 and saved["logdir"] == str(tmp_path / "b")
+
+
+def test_a_resume_that_cannot_load_keeps_the_saved_config(tmp_path):
+  logdir = tmp_path / "run"
+  _dqn(logdir)
+  before = (logdir / "config.json").read_text()
+  with pytest.raises(ja.ConfigError, match="nothing to resume"):  # the params' shapes differ
+    _dqn(logdir, "--resume", "--agent.hidden-sizes", "32", "--allow-changes", "agent.hidden_sizes")
+  assert (logdir / "config.json").read_text() == before
+  with pytest.raises(ja.ConfigError, match=r"--resume: .*missing does not exist"):
+    _dqn(tmp_path / "missing", "--resume")
+  assert not (tmp_path / "missing").exists()
 
 
 def test_a_new_run_refuses_a_logdir_holding_only_a_config(tmp_path):

@@ -292,7 +292,7 @@ def test_a_short_run_whose_actors_hang_ends_in_a_stall_error(actor_mode):
 
 
 def test_a_short_run_that_moves_is_not_a_stall():
-  out, _ = _train_bounded(_trainer(config=_config(duration=3.0)), 40)
+  out, _ = _train_bounded(_trainer(config=_config(duration=6.0)), 40)
   assert "error" not in out, out
   assert out["summary"]["env_steps"] > 0
 
