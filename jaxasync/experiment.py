@@ -358,11 +358,10 @@ def check_resume(args: RunArgs, settings: dict, agent_cfg: Any = None) -> None:
   saved_agent = record.get("agent", {}).get("config", {}).get("fields")
   if saved_agent is not None and dataclasses.is_dataclass(agent_cfg):
     now = described(agent_cfg)["fields"]
-    flat_now = {f"agent.{k}": v for k, v in now.items()}
-    for key in sorted(now):
+    for key in sorted(now):  # resolved values that moved while their own flag did not
       if (now[key] != saved_agent.get(key, now[key])
           and settings.get(f"agent.{key}") == record["settings"].get(f"agent.{key}")):
-        applied.append(f"{flag('agent.' + key)} {_shown(flat_now['agent.' + key])} (was "
+        applied.append(f"{flag('agent.' + key)} {_shown(now[key])} (was "
                        f"{_shown(saved_agent[key])}, following the changes above)")
   if applied:
     print(f"resume: applying {'; '.join(applied)}", flush=True)
