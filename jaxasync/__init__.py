@@ -1,7 +1,7 @@
 """jaxasync: asynchronous actor-learner reinforcement learning in JAX."""
 
 from jaxasync.actor import ActorConfig
-from jaxasync.agent import ActorContext, Agent, DataSpec
+from jaxasync.agent import ActorContext, Agent
 from jaxasync.actor_manager import ActorManager, ActorStats
 from jaxasync.agents.dqn import DQN, DQNConfig, DQNState
 from jaxasync.agents.sac import SAC, SACConfig, SACState
@@ -15,7 +15,8 @@ from jaxasync.errors import ActorFailed, CheckpointError, ConfigError, NonFinite
 from jaxasync.envs import EnvFactory, check_env_id
 from jaxasync.evaluator import Evaluator
 from jaxasync.inference import InferenceClient, InferenceServer
-from jaxasync.config import AsyncConfig, TrainerConfig
+from jaxasync.config import ActorsConfig, RunConfig
+from jaxasync.pipeline import DataPipeline, ReplayConfig, UnrollConfig
 from jaxasync.hooks import Hook, IntervalTrigger
 from jaxasync.learner import Learner
 from jaxasync.ledger import RunLedger
@@ -30,7 +31,7 @@ from jaxasync.replay import PrioritizedReplayBuffer, ReplayBuffer, SumTree, line
 from jaxasync.replay.frames import FrameReplayBuffer, FrameStepProcessor, PrioritizedFrameReplayBuffer
 from jaxasync.sharding import DataParallel, constrain_to_batch_shards, learner_devices
 from jaxasync.step_processor import StepProcessor
-from jaxasync.trainer import AsyncTrainer, Trainer, train_async
+from jaxasync.trainer import Trainer
 from jaxasync.transport import Chunk, ChunkQueue
 from jaxasync.types import ModelInfo, Transition
 
@@ -45,9 +46,8 @@ __all__ = [
     "ActorFeed",
     "ActorManager",
     "ActorStats",
+    "ActorsConfig",
     "Agent",
-    "AsyncConfig",
-    "AsyncTrainer",
     "AtariEnvFactory",
     "Chunk",
     "ChunkQueue",
@@ -57,7 +57,7 @@ __all__ = [
     "DQNConfig",
     "DQNState",
     "DataParallel",
-    "DataSpec",
+    "DataPipeline",
     "EnvFactory",
     "EpsilonState",
     "Evaluator",
@@ -87,7 +87,9 @@ __all__ = [
     "RateLimiter",
     "Recorder",
     "ReplayBuffer",
+    "ReplayConfig",
     "ReplaySource",
+    "RunConfig",
     "RunLedger",
     "SAC",
     "SACConfig",
@@ -100,10 +102,10 @@ __all__ = [
     "TensorboardRecorder",
     "ThreadParamStore",
     "Trainer",
-    "TrainerConfig",
     "Transition",
     "Unroll",
     "UnrollCollector",
+    "UnrollConfig",
     "UpdateCredit",
     "apex_epsilons",
     "check_env_id",
@@ -115,5 +117,4 @@ __all__ = [
     "linear_epsilon",
     "restore_checkpoint",
     "save_checkpoint",
-    "train_async",
 ]

@@ -8,7 +8,7 @@ import os
 import queue
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -48,6 +48,35 @@ class ActorStats:
   adopted_version: int
 
 
+class Actors(Protocol):
+  """What the ``ActorFeed`` runs actors through: ``ActorManager`` (threads, processes) and
+  ``ray_actors.RayActorManager`` (Ray actors).
+
+  Attributes:
+    mode: 'thread', 'process' or 'ray' (named in the summary).
+    num_actors: actors run.
+    shared: per-actor counters the actors write (env steps, adopted params version).
+    restarts: per-actor restarts so far.
+  """
+
+  mode: str
+  num_actors: int
+  shared: ActorShared
+  restarts: list[int]
+
+  def start(self) -> None:
+    """Starts every actor."""
+
+  def check(self) -> None:
+    """Restarts dead actors; raises ``ActorFailed`` past ``max_restarts``."""
+
+  def alive(self) -> list[bool]:
+    """Whether each actor runs."""
+
+  def stop_and_join(self, timeout: float = 10.0) -> list[ActorStats]:
+    """Stops and joins every actor (never hangs: stragglers are terminated); their figures."""
+
+
 class ActorManager:
   """Runs ``len(configs)`` actors (border's ``ActorManager``) and keeps them alive.
 
@@ -57,7 +86,7 @@ class ActorManager:
     configs: one ``ActorConfig`` per actor.
     transport: the ``ChunkQueue`` actors push to (``process=True`` for process actors).
     param_store: ``ThreadParamStore`` for threads, ``SharedParamStore`` for processes.
-    mode: ``"thread"`` or ``"process"`` (spawn start method); ``AsyncConfig.validate`` checks it.
+    mode: ``"thread"`` or ``"process"`` (spawn start method); ``ActorsConfig.validate`` checks it.
     max_restarts: restarts allowed per actor; one more failure fails the run.
     serialize_env_init: build envs one actor at a time (border's ``guard_init_env``).
     inference: an ``InferenceServer``: actors ask it for actions instead of acting locally.

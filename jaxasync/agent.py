@@ -11,8 +11,9 @@ An agent is three pure pieces plus a statement of the data it learns from:
   dispatch per vector step) and ``select(outputs, actor_state, rng) -> (action, extras,
   actor_state)`` (numpy, on the actor: epsilon, sampling, noise schedules...). ``act`` is the
   two in a row, for actors that hold their own params copy and for the evaluator;
-* ``data``: which collector turns env steps into training items, and which data source feeds
-  them to ``update`` (see ``DataSpec``).
+* ``data``: its data pipeline (``jaxasync.pipeline``: a ``ReplayConfig`` or an
+  ``UnrollConfig``, from its own config), which builds the collector its actors run and the
+  data source that feeds ``update``.
 
 Actors, inference servers, the evaluator and the learner loop call these members and nothing
 else, so a new algorithm is a new subclass of ``Agent`` (``agents/dqn.py`` is the worked
@@ -25,12 +26,14 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Any, Literal, NamedTuple
+from typing import Any
 
 import chex
 import gymnasium as gym
 import jax
 import numpy as np
+
+from jaxasync.pipeline import DataPipeline
 
 PyTree = Any
 
@@ -55,29 +58,6 @@ class ActorContext:
   evaluation: bool = False
 
 
-class DataSpec(NamedTuple):
-  """What an agent learns from.
-
-  Attributes:
-    collector: ``'transitions'``: n-step transitions ``jaxasync.Transition`` (the step
-      processor; or frames stored once, with a frame replay) in a replay; ``'unrolls'``:
-      time-major ``[T+1, B]`` unrolls (``jaxasync.collectors.unrolls.Unroll``).
-    source: ``'replay'`` (sampled with a rate limit, possibly prioritized) or ``'queue'`` (FIFO,
-      each item used once, dropped when older than the run's ``max_policy_lag``).
-    unroll_length: ``T`` for ``'unrolls'``.
-  """
-
-  collector: Literal["transitions", "unrolls"] = "transitions"
-  source: Literal["replay", "queue"] = "replay"
-  unroll_length: int = 0
-
-  @property
-  def batch_axis(self) -> int:
-    """The batch axis of ``update``'s batch leaves: 1 for transitions ``[k, N, ...]``, 2 for
-    unrolls ``[k, T + 1, N, ...]`` (what a multi-device learner shards)."""
-    return 2 if self.collector == "unrolls" else 1
-
-
 class Agent(abc.ABC):
   """The contract every algorithm implements (see the module docstring for the picture).
 
@@ -89,13 +69,13 @@ class Agent(abc.ABC):
     action_space: one sub-env's action space.
     batch_size: items (transitions, or unrolls) per SGD step; the data source samples ``k`` of
       these per ``update`` call.
-    data: the ``DataSpec`` of what it learns from.
+    data: its ``DataPipeline`` (the ``data`` field of its config): what it learns from.
   """
 
   obs_space: gym.Space
   action_space: gym.Space
   batch_size: int
-  data: DataSpec = DataSpec()
+  data: DataPipeline
 
   # --- learner side ----------------------------------------------------------------------
   @abc.abstractmethod

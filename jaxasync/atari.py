@@ -11,7 +11,7 @@ the max over the last two, 84x84 grayscale (``cv2.INTER_AREA``), a random number
 emulator frames (at most ``noop_max``) after each reset, sticky actions
 (``repeat_action_probability=0.25``, the ``-v5`` default), the game's full length capped at
 108k emulator frames (a truncation). Rewards are NOT clipped here: the step processor clips
-each one before the n-step sum (``TrainerConfig.reward_clip``), so episode returns stay the
+each one before the n-step sum (``ReplayConfig.reward_clip``), so episode returns stay the
 game's score.
 
 Backends. They share the observation contract and the preprocessing above, and differ in
@@ -278,7 +278,7 @@ class AtariEnvFactory:
         img_height=self.screen_size, img_width=self.screen_size, grayscale=True,
         stack_num=self.frame_stack, frameskip=self.frame_skip, maxpool=True,
         noop_max=self.noop_max, episodic_life=False,  # refused in __post_init__
-        reward_clipping=False,  # clipped by the step processor (TrainerConfig.reward_clip)
+        reward_clipping=False,  # clipped by the step processor (ReplayConfig.reward_clip)
         use_fire_reset=False)  # as the gymnasium backend
     return _VectorStackLast(env)
 
@@ -318,7 +318,7 @@ class AtariEnvFactory:
           episodic_life=self.episodic_life,
           repeat_action_probability=self.repeat_action_probability,
           full_action_space=self.full_action_space,
-          reward_clip=False,  # clipped by the step processor (TrainerConfig.reward_clip)
+          reward_clip=False,  # clipped by the step processor (ReplayConfig.reward_clip)
           use_fire_reset=False)  # as the other backends
 
     return _EnvPoolStackLast(make, seed)

@@ -57,20 +57,20 @@ def claim_run_dir(directory: str | os.PathLike, overwrite: bool = False,
   from jaxasync.errors import ConfigError
   directory = Path(directory)
   if directory.exists() and not directory.is_dir():
-    raise ConfigError(f"--logdir {directory} is a file, not a directory; pass a directory path.")
+    raise ConfigError(f"logdir={directory} is a file, not a directory; pass a directory path.")
   try:
     directory.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryFile(dir=directory):
       pass
   except OSError as e:
-    raise ConfigError(f"--logdir {directory} cannot be written ({e.strerror or e}); pass a "
+    raise ConfigError(f"logdir={directory} cannot be written ({e.strerror or e}); pass a "
                       "writable directory.") from None
   old = run_files(directory, preamble)
   if old and not overwrite:
     names = ", ".join(p.name for p in old[:4]) + (", ..." if len(old) > 4 else "")
     raise ConfigError(
-        f"--logdir {directory} already holds a run ({names}); pass another --logdir, or "
-        "--overwrite to delete that run's files first.")
+        f"logdir={directory} already holds a run ({names}); pass another logdir, or "
+        "overwrite=True to delete that run's files first.")
   for p in old:
     shutil.rmtree(p) if p.is_dir() else p.unlink()
   return directory

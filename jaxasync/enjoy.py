@@ -36,7 +36,7 @@ class EnjoyArgs:
   """Evaluate (and record) a checkpoint of a saved run."""
 
   run_dir: Annotated[str, tyro.conf.Positional]
-  """the run's --logdir (it holds config.json and the checkpoints)."""
+  """the run's --logdir (config.json and checkpoints), or a directory of runs (runs/dqn): its newest."""
   checkpoint: str = "best"
   """'best', 'final', a numbered checkpoint (its SGD step) or a checkpoint directory."""
   episodes: int = 10
@@ -51,6 +51,17 @@ class EnjoyArgs:
   """episodes the video holds."""
   fps: int = 30
   """frames per second of the video."""
+
+
+def newest_run(run_dir: str | os.PathLike) -> Path:
+  """``run_dir`` when it holds a run (its ``config.json``), else the run directly inside it
+  whose ``config.json`` is newest (``runs/dqn`` -> the latest ``runs/dqn/<env>__seed..``);
+  ``run_dir`` itself when it holds neither (``load_record`` then says what is missing)."""
+  run_dir = Path(run_dir)
+  if (run_dir / experiment.CONFIG_FILE).is_file() or not run_dir.is_dir():
+    return run_dir
+  runs = sorted(run_dir.glob(f"*/{experiment.CONFIG_FILE}"), key=lambda p: p.stat().st_mtime)
+  return runs[-1].parent if runs else run_dir
 
 
 def load_record(run_dir: str | os.PathLike) -> dict:
@@ -166,8 +177,11 @@ def enjoy(args: EnjoyArgs) -> dict:
   """Evaluates (and records) the checkpoint ``args`` names; prints and returns the figures."""
   if args.episodes < 1 or args.video_episodes < 1 or args.fps < 1:
     raise ja.ConfigError("--episodes, --video-episodes and --fps must be >= 1.")
-  record = load_record(args.run_dir)
-  directory = checkpoint_dir(args.run_dir, args.checkpoint)
+  run_dir = newest_run(args.run_dir)
+  if run_dir != Path(args.run_dir):
+    print(f"enjoy: the newest run in {args.run_dir}: {run_dir}", flush=True)
+  record = load_record(run_dir)
+  directory = checkpoint_dir(run_dir, args.checkpoint)
   factory = eval_factory(record, args.env_id)
   agent, params, meta = restore_agent(record, directory, factory)
   evaluator = ja.Evaluator(agent, factory, num_episodes=args.episodes, seed=args.seed)

@@ -37,8 +37,8 @@ class Evaluator:
       raise ConfigError(
           f"the evaluation env ({getattr(env_factory, 'env_id', env_factory)}) has observations "
           f"{obs.shape} {obs.dtype} and actions {act}, the training env {want_obs.shape} "
-          f"{want_obs.dtype} and {want_act}: the agent cannot act in it. Pass an --eval-env-id "
-          "with the same spaces as --env-id.")
+          f"{want_obs.dtype} and {want_act}: the agent cannot act in it. Evaluate on an env "
+          "(eval_env_id) with the same spaces as the training env (env_id).")
     self._seed, self.count = seed, 0  # evaluation k resets with seed + k
     self._rng = np.random.default_rng(seed)
     self.steps = 0  # vector steps taken in all evaluations (progress, for the watchdog)

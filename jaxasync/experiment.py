@@ -1,8 +1,10 @@
 """The run driver behind every experiment script: a run's flags, building envs and agent from
-them, training sync or async, the run's saved config, and the CLI's error lines.
+them, training, the run's saved config, and the CLI's error lines.
 
-A script declares its flags as a dataclass over ``RunArgs`` (or ``OnPolicyArgs``) with the
-agent's config in ``agent``, and calls ``run``::
+A script declares its flags as a dataclass over ``RunArgs`` (or ``AnnealedRunArgs``) that
+nests the library's configs, each declared once where it is owned: the run's
+(``jaxasync.RunConfig``) and the actors' (``jaxasync.ActorsConfig``) with unprefixed flags
+(``--max-opts``, ``--mode``), the agent's (with its data pipeline) under ``--agent.*``::
 
   @dataclasses.dataclass
   class Args(experiment.RunArgs):
@@ -11,7 +13,7 @@ agent's config in ``agent``, and calls ``run``::
   experiment.run_cli(lambda: experiment.run(tyro.cli(Args), "SAC", ja.SAC, args.agent))
 
 ``run`` writes the flags it was given to ``<logdir>/config.json`` and a ``--resume`` compares
-them with the saved ones: settings that change what is learnt (the env, the agent, the data
+them with the saved ones: settings that change what is learnt (the env, the agent and its data
 pipeline) are refused unless named in ``--allow-changes``; the rest (limits, intervals,
 logging, the actors' arrangement) are applied and listed.
 """
@@ -19,12 +21,15 @@ logging, the actors' arrangement) are applied and listed.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import json
 import os
+import re
 import sys
+import time
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal
+from typing import Annotated, Any, Callable, ClassVar
 
 import tyro
 
@@ -32,18 +37,23 @@ import jaxasync as ja
 from jaxasync.minatar import is_minatar_id
 
 CONFIG_FILE = "config.json"
+# config.json's "settings" layout: 2 since the settings were split by owner (run., actors.,
+# agent.data.); a saved config without it cannot be compared field by field.
+SETTINGS_LAYOUT = 2
 
-
-def default_mode() -> str:
-  """Async (an actor process beside the learner, see ``RunArgs.async_``) when there are >= 2
-  cores, else sync: with one core there is nothing to overlap. (README, 'Choosing a mode',
-  has the figures.)"""
-  return "async" if (os.cpu_count() or 1) >= 2 else "sync"
+Flat = tyro.conf.arg(name="")  # a nested config whose flags carry no prefix of their own
 
 
 @dataclasses.dataclass
 class RunArgs:
   """The flags of a run, whatever the agent (each script adds its ``agent``)."""
+
+  # Groups whose flags have no prefix (tyro's name="" above): ``flag`` spells a field the way
+  # the command line does. A script that flattens its agent too (rainbow.py) adds "agent".
+  flattened: ClassVar[tuple[str, ...]] = ("run", "actors", "data")
+  # Runs without --logdir go to runs/<algo>/<env>__seed<seed>__<time> (CleanRL's naming), so
+  # running a command twice keeps both runs.
+  algo: ClassVar[str] = "run"
 
   # Each field's docstring is its --help text: one line each (tyro keeps the line breaks of a
   # field docstring), the longer story in a comment above the field.
@@ -53,144 +63,96 @@ class RunArgs:
   """gymnasium id, 'module:EnvName-v0' (imports module), or MinAtar id ('MinAtar/Breakout-v1')."""
   eval_env_id: str | None = None
   """env id to evaluate on; None: --env-id."""
-  mode: Literal["auto", "sync", "async"] = "auto"
-  """'auto': async (one actor process) on >= 2 cores, sync on one core."""
-  seed: int = 0
-  """seeds envs, network init, exploration and replay sampling."""
-  num_envs: int = 4
-  """sub-envs of the sync training env (async: --async.envs-per-actor)."""
-  gamma: float = 0.99
-  """discount factor per env step."""
-  # 5, not 3: with LayerNorm and double Munchausen targets, 5-step returns held 19 of 20 sync
-  # CartPole seeds (10-29) and their evaluations dipped less often after first reaching 475
-  # (docs/bench_learning_results.md, issue 28): values converge sooner, so fewer greedy
-  # evaluations come from half-learnt Q-values.
-  n_step: int = 5
-  """n-step returns (5: failures reach the Q-values five times sooner than with 1)."""
-  # Clipped for learning only: episode returns and evaluations stay the game's score.
-  reward_clip: float = 0.0
-  """clip each env reward to [-c, c] before the n-step sum (Atari: 1); 0: none."""
-  max_opts: int = 50_000
-  """stop after this many SGD steps."""
-  max_env_steps: int | None = None
-  """stop after this many env steps (all sub-envs together); None: no limit."""
-  duration: float | None = None
-  """stop after this many wall-clock seconds; None: no limit."""
-  target_eval_reward: float | None = None
-  """stop once an evaluation's mean return reaches this; None: never."""
-  warmup_period: int = 1_000
-  """env steps collected before the first SGD step."""
-  opt_interval: float = 1.0
-  """sync only: env steps per SGD step (async: --async.samples-per-insert sets the ratio)."""
-  updates_per_call: int = 4
-  """SGD steps per jitted update call (one dispatch to the device)."""
-  replay_capacity: int = 100_000
-  """transitions the replay holds (the oldest go first)."""
-  eval_interval: int = 1_000
-  """SGD steps between evaluations (the final params are evaluated too); 0: none."""
-  eval_episodes: int = 10
-  """episodes per evaluation (its return is their mean)."""
-  record_interval: int = 500
-  """SGD steps between logged metrics (TensorBoard, and console with --no-progress); 0: none."""
-  save_interval: int = 10_000
-  """SGD steps between numbered checkpoints; 0: none (best/ and final/ are still saved)."""
-  logdir: str = "runs/dqn"
-  """where TensorBoard logs, checkpoints, config.json and summary.json go; refused if it holds another run."""
-  overwrite: bool = False
-  """delete the run already in --logdir (its checkpoints, config, summary and event files) first."""
-  keep_checkpoints: int = 5
-  """numbered checkpoints kept, the newest (best/ and final/ always stay); 0 keeps all."""
   resume: bool = False
   """continue the run in --logdir from its newest complete checkpoint (replay included)."""
   resume_from: str | None = None
   """continue from this checkpoint directory instead (implies --resume)."""
   allow_changes: tuple[str, ...] = ()
-  """on --resume: settings that may differ from the saved run's (e.g. agent.learning_rate gamma)."""
-  # None: saved when the replay is at most 4 GiB and the disk has room for it twice over.
-  save_replay: bool | None = None
-  """checkpoints hold the replay (and its priorities), for --resume; None: when it fits."""
-  progress: bool = True
-  """show a progress bar (--no-progress: print metrics lines instead)."""
-  # The first N of jax.devices(); the batch is global (each device takes batch / N items), so
-  # the replay ratio and learning figures do not change with N. Actors stay on the CPU.
-  learner_devices: int | None = None
-  """devices the learner's update is split over, data-parallel; None: all accelerators, or the CPU."""
-  async_: Annotated[ja.AsyncConfig, tyro.conf.arg(name="async")] = dataclasses.field(
-      # One actor process with 4 envs, 64 sampled items per inserted transition, params
-      # published every 10 SGD steps: chosen with scripts/bench_learning.py (README, 'Choosing
-      # a mode' and 'Learning', has the figures).
-      default_factory=lambda: ja.AsyncConfig(envs_per_actor=4, samples_per_insert=64.0,
-                                             sync_interval=10))
+  """on --resume: settings that may differ from the saved run's (e.g. --agent.learning-rate)."""
+  run: Annotated[ja.RunConfig, Flat] = dataclasses.field(
+      default_factory=lambda: ja.RunConfig(save_interval=10_000))
+  # One actor process beside the learner on >= 2 cores ('auto'), params published every 10 SGD
+  # steps: chosen with scripts/bench_learning.py (README, 'Choosing a mode', has the figures).
+  actors: Annotated[ja.ActorsConfig, Flat] = dataclasses.field(
+      default_factory=lambda: ja.ActorsConfig(mode="auto", num_envs=4, sync_interval=10))
+
+  @property
+  def logdir(self) -> str:
+    """The run's directory (``with_logdir`` fills it in when no --logdir was given)."""
+    if self.run.logdir is None:
+      raise ja.ConfigError("no logdir yet: experiment.with_logdir(args) names one.")
+    return self.run.logdir
 
 
-Hidden = tyro.conf.Suppress  # replay and n-step settings: an on-policy agent has neither
+def runs_root(args: RunArgs) -> Path:
+  """Where runs without --logdir go: ``runs/<algo>``."""
+  return Path("runs") / type(args).algo
+
+
+def with_logdir(args: RunArgs, now: float | None = None) -> RunArgs:
+  """``args`` with ``run.logdir`` set when it was not given: for a new run a fresh
+  ``runs/<algo>/<env>__seed<seed>__<YYYYmmdd-HHMMSS>`` (``-2``, ``-3``... when taken); for
+  ``--resume-from`` the checkpoint's run directory; for ``--resume`` the newest run under
+  ``runs/<algo>`` (``ConfigError`` when there is none)."""
+  if args.run.logdir is not None:
+    return args
+  if args.resume_from:
+    logdir = str(Path(args.resume_from).resolve().parent)
+  elif args.resume:
+    runs = sorted(runs_root(args).glob(f"*/{CONFIG_FILE}"), key=lambda p: p.stat().st_mtime)
+    if not runs:
+      raise ja.ConfigError(f"--resume without --logdir continues the newest run under "
+                           f"{runs_root(args)}, and there is none; pass the --logdir of the run.")
+    logdir = str(runs[-1].parent)
+    print(f"resume: the newest run under {runs_root(args)}: {logdir}", flush=True)
+  else:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    name = f"{args.env_id.replace('/', '-').replace(':', '-')}__seed{args.run.seed}__{stamp}"
+    base = runs_root(args) / name
+    logdir, n = base, 1
+    while logdir.exists():
+      n += 1
+      logdir = base.with_name(f"{name}-{n}")
+    logdir = str(logdir)
+  return dataclasses.replace(args, run=dataclasses.replace(args.run, logdir=logdir))
+
+
+def on_policy_actors() -> ja.ActorsConfig:
+  """The actors of the on-policy scripts (IMPALA, PPO): one actor process with 8 envs,
+  pinned, params published after every SGD step."""
+  # Pinned: learner on core 0, actors on the others (the actor then keeps 1.0x its lone pace
+  # beside the learner, 0.63x unpinned: README, Performance). Published every SGD step:
+  # on-policy learning wants the freshest behaviour policy.
+  return ja.ActorsConfig(mode="auto", num_envs=8, sync_interval=1, pin_cpus=True)
 
 
 @dataclasses.dataclass
-class OnPolicyArgs(RunArgs):
-  """The run's flags for agents that learn from unrolls in a queue (IMPALA, PPO)."""
+class AnnealedRunArgs(RunArgs):
+  """``RunArgs`` for agents whose config has ``learning_rate_decay_steps``."""
 
-  gamma: Hidden[float] = 0.99  # the agent's own --agent.gamma is the discount
-  n_step: Hidden[int] = 1
-  reward_clip: Hidden[float] = 0.0
-  warmup_period: Hidden[int] = 1_000
-  opt_interval: Hidden[float] = 1.0
-  replay_capacity: Hidden[int] = 100_000
-  num_envs: int = 8
-  """sub-envs of the sync actor (async: --async.envs-per-actor); an unroll holds all of them."""
-  max_opts: int = 1_000_000
-  """stop after this many SGD steps (PPO: iterations)."""
-  max_policy_lag: int | None = 50
-  """drop unrolls made by params more than this many SGD steps old (counted); None: keep all."""
-  eval_interval: int = 100
-  """SGD steps between evaluations (the final params are evaluated too); 0: none."""
-  record_interval: int = 50
-  """SGD steps between logged metrics (TensorBoard, and console with --no-progress); 0: none."""
-  save_interval: int = 1_000
-  """SGD steps between numbered checkpoints; 0: none (best/ and final/ are still saved)."""
-  updates_per_call: int = 1
-  """SGD steps per jitted update call, each on its own batch of unrolls."""
+  # Annealed, the final params settle instead of being shaken by full-size steps to the end
+  # (scripts/bench_learning.py measures the difference).
   anneal_lr: bool = True
-  """anneal the LR linearly to 0 over --max-env-steps if no --agent.learning-rate-decay-steps."""
-  async_: Annotated[ja.AsyncConfig, tyro.conf.arg(name="async")] = dataclasses.field(
-      # One actor process with 8 envs, pinned: learner on core 0, actors on the others (the
-      # actor then keeps 1.0x its lone pace beside the learner, 0.63x unpinned: README,
-      # Performance); params published after every SGD step (on-policy learning wants the
-      # freshest behaviour policy); no replay ratio: each unroll is used once.
-      default_factory=lambda: ja.AsyncConfig(envs_per_actor=8, sync_interval=1, pin_cpus=True))
+  """decay the LR over the whole run (SGD steps, or the env steps of unroll agents) unless --agent.learning-rate-decay-steps is set."""
 
 
-def resolved_mode(args: RunArgs) -> str:
-  """'sync' or 'async': ``--mode``, with 'auto' resolved by ``default_mode``."""
-  return default_mode() if args.mode == "auto" else args.mode
-
-
-def trainer_config(args: RunArgs) -> ja.TrainerConfig:
-  """The loop's settings: every ``args`` field that ``TrainerConfig`` has, plus the logdir."""
-  names = {f.name for f in dataclasses.fields(ja.TrainerConfig)} - {"model_dir"}
-  return ja.TrainerConfig(model_dir=args.logdir,
-                          **{n: getattr(args, n) for n in names if hasattr(args, n)})
-
-
-def anneal_over_opts(agent: Any, anneal_lr: bool, max_opts: int) -> Any:
-  """``agent`` (a config with ``learning_rate_decay_steps``) with its decay spanning
-  ``max_opts`` SGD steps, when ``anneal_lr`` and no decay is set (a ``max_opts`` below 1 is
-  left for ``TrainerConfig.validate`` to refuse by its own name)."""
-  if anneal_lr and agent.learning_rate_decay_steps == 0 and max_opts >= 1:
-    return dataclasses.replace(agent, learning_rate_decay_steps=max_opts)
-  return agent
-
-
-def anneal_over_env_steps(args: OnPolicyArgs) -> Any:
-  """``args.agent`` (an ``ActorCriticConfig``) with ``--anneal-lr`` applied: the decay spans
-  the SGD steps (PPO: iterations) that ``--max-env-steps`` pays for, each taking
-  ``unroll_length x batch_size`` steps of every sub-env of an actor."""
-  agent = args.agent
-  if (not args.anneal_lr or agent.learning_rate_decay_steps or args.max_env_steps is None
-      or args.max_env_steps < 1):
+def annealed_agent(args: AnnealedRunArgs) -> Any:
+  """``args.agent`` with ``--anneal-lr`` applied: its learning-rate decay spans ``--max-opts``
+  SGD steps, or, for agents learning from unrolls, the SGD steps (PPO: iterations) that
+  ``--max-env-steps`` pays for (each takes ``unroll_length x batch_size`` steps of every
+  sub-env of an actor). Bad limits are left for ``RunConfig.validate`` to refuse by name."""
+  agent, run = args.agent, args.run
+  if not args.anneal_lr or agent.learning_rate_decay_steps:
     return agent
-  envs = args.num_envs if resolved_mode(args) == "sync" else args.async_.envs_per_actor
-  steps = max(1, args.max_env_steps // (agent.unroll_length * agent.batch_size * envs))
+  if isinstance(agent.data, ja.UnrollConfig):
+    if run.max_env_steps is None or run.max_env_steps < 1:
+      return agent
+    per_step = agent.data.unroll_length * agent.batch_size * args.actors.num_envs
+    steps = max(1, run.max_env_steps // per_step)
+  else:
+    if run.max_opts < 1:
+      return agent
+    steps = run.max_opts
   return dataclasses.replace(agent, learning_rate_decay_steps=steps)
 
 
@@ -208,17 +170,17 @@ def default_envs(args: RunArgs) -> tuple[Any, Any]:
 # --- the run's saved config -------------------------------------------------------------------
 # What a resume may change without asking: when to stop, what is logged and kept, and how the
 # actors are arranged. Anything else changes what is learnt and must be named in --allow-changes.
-RESUME_SAFE = ("max_opts", "max_env_steps", "duration", "target_eval_reward", "eval_interval",
-               "eval_episodes", "record_interval", "save_interval", "logdir",
-               "keep_checkpoints", "save_replay", "mode", "num_envs", "learner_devices",
-               "async_")
+RESUME_SAFE = ("run.max_opts", "run.max_env_steps", "run.duration", "run.target_eval_reward",
+               "run.eval_interval", "run.eval_episodes", "run.record_interval",
+               "run.save_interval", "run.logdir", "run.keep_checkpoints", "run.save_replay",
+               "run.stall_warning", "run.stall_timeout", "run.learner_devices", "actors")
 # How a run is started or shown, not what it is: never compared.
-NOT_COMPARED = ("resume", "resume_from", "allow_changes", "overwrite", "progress")
+NOT_COMPARED = ("resume", "resume_from", "allow_changes", "run.overwrite", "run.progress")
 
 
 def flat_settings(args: Any) -> dict[str, Any]:
-  """``args`` (a dataclass of flags, nested dataclasses included) as ``{"agent.gamma": 0.99,
-  ...}``, values as JSON gives them back (tuples as lists)."""
+  """``args`` (a dataclass of flags, nested dataclasses included) as ``{"agent.data.gamma":
+  0.99, ...}``, values as JSON gives them back (tuples as lists)."""
   return json.loads(json.dumps(_flatten(dataclasses.asdict(args)), default=str))
 
 
@@ -232,24 +194,67 @@ def _flatten(tree: dict, prefix: str = "") -> dict:
   return out
 
 
-def flag(field: str) -> str:
-  """The command-line spelling of a dotted field name: ``agent.learning_rate`` ->
-  ``--agent.learning-rate``, ``async_.num_actors`` -> ``--async.num-actors``."""
-  return "--" + ".".join(part.rstrip("_").replace("_", "-") for part in field.split("."))
+def flag(field: str, flattened: tuple[str, ...] = RunArgs.flattened) -> str:
+  """The command-line spelling of a dotted field name, the ``flattened`` groups leaving no
+  prefix: ``agent.learning_rate`` -> ``--agent.learning-rate``, ``run.max_opts`` ->
+  ``--max-opts``, ``agent.data.n_step`` -> ``--agent.n-step``."""
+  parts = [p for p in field.split(".") if p not in flattened] or field.split(".")[-1:]
+  return "--" + ".".join(part.replace("_", "-") for part in parts)
 
 
-def field_name(text: str) -> str:
-  """The dotted field a user names in ``--allow-changes``, however spelt: ``agent.learning_rate``,
-  ``--agent.learning-rate`` or ``async.num-actors`` (``async_.num_actors``)."""
-  parts = text.strip().removeprefix("--").replace("-", "_").split(".")
-  return ".".join(["async_" if parts[0] == "async" else parts[0], *parts[1:]])
+def field_name(text: str, fields, flattened: tuple[str, ...] = RunArgs.flattened) -> str:
+  """The dotted field among ``fields`` that a user names in ``--allow-changes``, however spelt
+  (``--agent.learning-rate``, ``agent.learning_rate``, ``max-opts``, ``run.max_opts``); the
+  text itself, normalised, when none matches (a group such as ``actors`` or ``agent``)."""
+  text = text.strip()
+  wanted = flag(text.removeprefix("--").replace("-", "_"), flattened)
+  by_flag = {flag(f, flattened): f for f in fields}
+  return by_flag.get(wanted, text.removeprefix("--").replace("-", "_"))
+
+
+def spelt_for_cli(message: str, fields, flattened: tuple[str, ...] = RunArgs.flattened) -> str:
+  """``message`` (a library error, which names config fields) with each field it names followed
+  by its flag: ``"lower learner_devices"`` -> ``"lower learner_devices (--learner-devices)"``,
+  ``"num_q_networks=1"`` -> ``"num_q_networks=1 (--agent.num-q-networks)"``. The one place
+  fields become flags. A field is recognised by its name when that has an underscore, by
+  ``name=`` otherwise (``seed=3``; a bare ``seed`` may be prose); names that two groups share
+  (``batch_size``) are left alone."""
+  by_leaf: dict[str, list[str]] = {}
+  for f in fields:
+    by_leaf.setdefault(f.split(".")[-1], []).append(f)
+  for leaf, owners in sorted(by_leaf.items(), key=lambda kv: -len(kv[0])):
+    if len(owners) != 1:
+      continue
+    cli = flag(owners[0], flattened)
+    if "_" in leaf:
+      pattern = rf"(?<![\w.-]){re.escape(leaf)}(=[^\s,;:)]*[^\s,;:).])?(?![\w(])"
+    else:
+      pattern = rf"(?<![\w.-]){re.escape(leaf)}=[^\s,;:)]*[^\s,;:).]"
+    message = re.sub(pattern, lambda m: f"{m.group(0)} ({cli})", message, count=1)
+  return message
 
 
 def described(obj: Any) -> dict:
   """A dataclass instance (an agent config, an env factory) as ``{"class": "module.Name",
-  "fields": {...}}``, which ``rebuilt`` turns back into an equal instance."""
-  return {"class": f"{type(obj).__module__}.{type(obj).__qualname__}",
-          "fields": json.loads(json.dumps(dataclasses.asdict(obj), default=str))}
+  "fields": {...}}`` (nested dataclasses described alike), which ``rebuilt`` turns back into
+  an equal instance."""
+  fields = {}
+  for f in dataclasses.fields(obj):
+    value = getattr(obj, f.name)
+    fields[f.name] = (described(value) if dataclasses.is_dataclass(value)
+                      else json.loads(json.dumps(value, default=str)))
+  return {"class": importable(type(obj)), "fields": fields}
+
+
+def described_flat(record: dict, prefix: str = "") -> dict:
+  """``described``'s fields as ``{"data.n_step": 5, ...}``."""
+  out = {}
+  for key, value in record["fields"].items():
+    if isinstance(value, dict) and "class" in value and "fields" in value:
+      out.update(described_flat(value, f"{prefix}{key}."))
+    else:
+      out[prefix + key] = value
+  return out
 
 
 def importable(cls: type) -> str:
@@ -264,8 +269,11 @@ def imported(path: str) -> Any:
 
 def rebuilt(record: dict) -> Any:
   """The instance ``described`` recorded (JSON lists back to tuples)."""
-  fields = {k: tuple(v) if isinstance(v, list) else v for k, v in record["fields"].items()}
-  return imported(record["class"])(**fields)
+  def value(v):
+    if isinstance(v, dict) and "class" in v and "fields" in v:
+      return rebuilt(v)
+    return tuple(v) if isinstance(v, list) else v
+  return imported(record["class"])(**{k: value(v) for k, v in record["fields"].items()})
 
 
 def write_config(logdir: str | os.PathLike, settings: dict, title: str, env: Any,
@@ -278,7 +286,7 @@ def write_config(logdir: str | os.PathLike, settings: dict, title: str, env: Any
   obs_space, action_space = ja.envs.spaces_of(env)
   record = {"algorithm": title, "jaxasync_version": ja.__version__,
             "observation_space": str(obs_space), "action_space": str(action_space),
-            "settings": settings}
+            "settings_layout": SETTINGS_LAYOUT, "settings": settings}
   if agent_cls is not None:
     record["agent"] = {"class": importable(agent_cls), "config": described(agent_cfg)}
   if eval_env is not None and dataclasses.is_dataclass(eval_env):
@@ -307,22 +315,24 @@ def saved_config(args: RunArgs) -> tuple[Path, dict] | None:
   return None
 
 
-def resume_changes(saved: dict, current: dict, allowed: tuple[str, ...] = ()
+def resume_changes(saved: dict, current: dict, allowed: tuple[str, ...] = (),
+                   flattened: tuple[str, ...] = RunArgs.flattened
                    ) -> tuple[list[str], list[str]]:
   """Compares a saved run's flags with a resume's (both ``flat_settings``): returns (refused,
   applied), each a list of ``"--flag NEW (was OLD)"``. A change is applied when its field or
-  the group above it is in ``RESUME_SAFE`` or ``allowed``, or when the saved config predates
+  a group above it is in ``RESUME_SAFE`` or ``allowed``, or when the saved config predates
   the field; refused otherwise; the fields of ``NOT_COMPARED`` are left out."""
-  permitted = set(RESUME_SAFE) | {field_name(a) for a in allowed}
+  names = set(saved) | set(current)
+  permitted = set(RESUME_SAFE) | {field_name(a, names, flattened) for a in allowed}
   refused, applied = [], []
-  for name in sorted((set(saved) | set(current)) - set(NOT_COMPARED)):
+  for name in sorted(names - set(NOT_COMPARED)):
     old, new = saved.get(name, "<absent>"), current.get(name, "<absent>")
     if old == new:
       continue
     if name not in saved:  # a setting added since the run was saved: its old value is unknown
-      applied.append(f"{flag(name)} {_shown(new)} (not in the saved config)")
+      applied.append(f"{flag(name, flattened)} {_shown(new)} (not in the saved config)")
       continue
-    text = f"{flag(name)} {_shown(new)} (was {_shown(old)})"
+    text = f"{flag(name, flattened)} {_shown(new)} (was {_shown(old)})"
     parts = name.split(".")
     ok = any(".".join(parts[:i]) in permitted for i in range(1, len(parts) + 1))
     (applied if ok else refused).append(text)
@@ -342,51 +352,65 @@ def check_resume(args: RunArgs, settings: dict, agent_cfg: Any = None) -> None:
     raise ja.ConfigError(f"--resume: {args.logdir} does not exist, so there is no run to "
                          "continue; pass the --logdir of the run (or --resume-from a checkpoint).")
   found = saved_config(args)
-  if found is None:
-    print(f"resume: no {CONFIG_FILE} in {args.logdir} (a run saved before jaxasync wrote one): "
-          "its settings cannot be compared with these.", flush=True)
+  if found is None or found[1].get("settings_layout") != SETTINGS_LAYOUT:
+    what = (f"no {CONFIG_FILE} in {args.logdir}" if found is None else
+            f"{found[0]} predates the settings layout of this jaxasync")
+    print(f"resume: {what} (a run saved by an earlier version): its settings cannot be "
+          "compared with these.", flush=True)
     return
   path, record = found
-  refused, applied = resume_changes(record.get("settings", {}), settings, args.allow_changes)
+  flattened = type(args).flattened
+  refused, applied = resume_changes(record.get("settings", {}), settings, args.allow_changes,
+                                    flattened)
   if refused:
-    names = " ".join(field_name(r.split()[0]) for r in refused)
+    names = " ".join(r.split()[0] for r in refused)
     raise ja.ConfigError(
         f"--resume would continue the run saved in {path.parent} with settings it was not "
         f"trained with: "
         f"{'; '.join(refused)}. Start a new --logdir for a new run, or pass --allow-changes "
         f"{names} to continue with them.")
-  saved_agent = record.get("agent", {}).get("config", {}).get("fields")
+  saved_agent = record.get("agent", {}).get("config")
   if saved_agent is not None and dataclasses.is_dataclass(agent_cfg):
-    now = described(agent_cfg)["fields"]
+    now, before = described_flat(described(agent_cfg)), described_flat(saved_agent)
     for key in sorted(now):  # resolved values that moved while their own flag did not
-      if (now[key] != saved_agent.get(key, now[key])
+      if (now[key] != before.get(key, now[key])
           and settings.get(f"agent.{key}") == record["settings"].get(f"agent.{key}")):
-        applied.append(f"{flag('agent.' + key)} {_shown(now[key])} (was "
-                       f"{_shown(saved_agent[key])}, following the changes above)")
+        applied.append(f"{flag('agent.' + key, flattened)} {_shown(now[key])} (was "
+                       f"{_shown(before[key])}, following the changes above)")
   if applied:
     print(f"resume: applying {'; '.join(applied)}", flush=True)
 
 
 # --- running ----------------------------------------------------------------------------------
 def run(args: RunArgs, title: str, agent_cls: type[ja.Agent], agent_cfg: Any,
-        make_replay: Callable[[ja.Agent], Any] | None = None,
         envs: tuple[Any, Any] | None = None) -> dict:
-  """Builds envs, agent and recorders from ``args`` and trains sync or async; prints where
-  everything went and returns the summary. The agent is ``agent_cls(agent_cfg, obs_space,
-  action_space, env_id)``; ``make_replay(agent)`` may return a replay to use instead of a
-  uniform one; ``envs`` = (training, evaluation) env factories instead of
-  ``default_envs(args)``."""
-  mode = resolved_mode(args)
+  """Builds envs, agent and recorders from ``args`` and trains; prints where everything went
+  and returns the summary. The agent is ``agent_cls(agent_cfg, obs_space, action_space,
+  env_id)`` (its config's ``data`` builds its replay or queue); ``envs`` = (training,
+  evaluation) env factories instead of ``default_envs(args)``. A run's error names the
+  flags of the fields it names (``spelt_for_cli``)."""
+  try:
+    return _run(with_logdir(args), title, agent_cls, agent_cfg, envs)
+  except (ja.ConfigError, ja.NonFiniteError, ja.StallError, ja.ActorFailed,
+          ja.CheckpointError) as e:
+    if e.args and isinstance(e.args[0], str):
+      e.args = (spelt_for_cli(e.args[0], flat_settings(args), type(args).flattened),
+                *e.args[1:])
+    raise
+
+
+def _run(args: RunArgs, title: str, agent_cls: type[ja.Agent], agent_cfg: Any,
+         envs: tuple[Any, Any] | None) -> dict:
   env, eval_env = envs if envs is not None else default_envs(args)
-  config = trainer_config(args)
+  run_config, actors = args.run, args.actors
   resume = args.resume_from or args.resume  # a checkpoint path, or True: the newest
   obs_space, action_space = ja.envs.spaces_of(env)
-  agent = agent_cls(agent_cfg, obs_space, action_space, args.env_id)
+  agent_factory = functools.partial(agent_cls, agent_cfg, obs_space, action_space, args.env_id)
+  agent = agent_factory()
   # Every setting checked before the logdir is touched: a refused run leaves no event file
   # that would make its corrected rerun need --overwrite.
-  config.validate(agent.batch_size)
-  if mode == "async":
-    args.async_.validate()
+  run_config.validate()
+  actors.validate()
   settings = flat_settings(args)
   save_config = lambda: write_config(args.logdir, settings, title, env, agent_cls, agent_cfg,
                                      eval_env)
@@ -394,27 +418,25 @@ def run(args: RunArgs, title: str, agent_cls: type[ja.Agent], agent_cfg: Any,
     check_resume(args, settings, agent_cfg)
     Path(args.logdir).mkdir(parents=True, exist_ok=True)  # (--resume-from into a new logdir)
   else:
-    ja.claim_run_dir(args.logdir, args.overwrite)  # before the recorder writes its event file
+    ja.claim_run_dir(args.logdir, run_config.overwrite)  # before the recorder writes its event file
     save_config()
-  replay = make_replay(agent) if make_replay is not None else None
   recorder = ja.MultiRecorder(
       ja.TensorboardRecorder(args.logdir),
       ja.ConsoleRecorder(("env_steps", "opt_steps", "samples_per_sec", "opt_steps_per_sec",
-                          "loss", "eval_reward")) if not args.progress else ja.NullRecorder())
-  ac = args.async_
-  replay_text = (f" ({type(replay).__name__}: {replay.bytes_per_item:.0f} bytes per transition, "
-                 f"{replay.nbytes / 2**30:.2f} GiB)" if replay is not None else "")
-  print(f"jaxasync {title} on {args.env_id}{replay_text}: mode={mode}"
-        + (f" ({ac.num_actors} {ac.actor_mode} actor(s) x {ac.envs_per_actor} envs)"
-           if mode == "async" else f" ({args.num_envs} envs)")
-        + f", logs and checkpoints in {os.path.abspath(args.logdir)}", flush=True)
+                          "loss", "eval_reward")) if not run_config.progress
+      else ja.NullRecorder())
   try:
-    if mode == "sync":
-      summary = ja.Trainer(agent, env, config, recorder, eval_env, replay=replay,
-                           resume=resume).train()
-    else:
-      summary, _ = ja.train_async(agent_cls, agent_cfg, env, config, ac, recorder, eval_env,
-                                  replay=replay, resume=resume)
+    trainer = ja.Trainer(agent, env, run_config, actors, recorder, eval_env,
+                         agent_factory=agent_factory, resume=resume)
+    replay = trainer.replay
+    replay_text = (f" ({type(replay).__name__}: {replay.bytes_per_item:.0f} bytes per "
+                   f"transition, {replay.nbytes / 2**30:.2f} GiB)" if replay is not None else "")
+    mode = actors.resolved_mode
+    print(f"jaxasync {title} on {args.env_id}{replay_text}: mode={mode}"
+          + (f" ({actors.num_envs} envs)" if actors.lockstep
+             else f" ({actors.num_actors} actor(s) x {actors.num_envs} envs)")
+          + f", logs and checkpoints in {os.path.abspath(args.logdir)}", flush=True)
+    summary = trainer.train()
   except ja.ConfigError:  # nothing trained (no checkpoint could be resumed): the saved
     raise                 # config still describes the checkpoints
   except BaseException:

@@ -2,7 +2,7 @@
 
 ``NonFiniteError`` stops a run whose loss, priorities or params stopped being finite
 (before any checkpoint of them is written); ``StallError`` stops a run that made no
-progress (no env step, no SGD step, no evaluation step) for ``TrainerConfig.stall_timeout``
+progress (no env step, no SGD step, no evaluation step) for ``RunConfig.stall_timeout``
 seconds, naming the stage it is stuck in; ``Watchdog`` is the thread that watches.
 """
 
@@ -86,7 +86,7 @@ class Watchdog:
     if self.duration is None or self.fail_after is None or idle < self.duration / 2:
       return None  # (no duration, or stall detection turned off)
     return StallError(
-        f"--duration {self.duration:g} s ended a run that made no progress (no env step, SGD "
+        f"duration={self.duration:g} s ended a run that made no progress (no env step, SGD "
         f"step or evaluation step) in its last {idle:.0f} s; stuck in: {self._stage()}. Check "
         "that env.step() returns and that actors are alive.")
 
@@ -108,11 +108,11 @@ class Watchdog:
         self._fail(StallError(
             f"no progress for {idle:.0f} s (stall_timeout={self.fail_after:g} s); stuck in: "
             f"{self._stage()}. Check that env.step() returns and that actors are alive, or "
-            "raise --stall-timeout if this stage is legitimately slow."))
+            "raise stall_timeout if this stage is legitimately slow."))
         return
       if self.duration is not None and now - start >= self.duration + self.grace:
         self._fail(StallError(
-            f"--duration {self.duration:g} s passed {now - start - self.duration:.0f} s ago "
+            f"duration={self.duration:g} s passed {now - start - self.duration:.0f} s ago "
             f"but the run did not stop: stuck in {self._stage()} for {idle:.0f} s."))
         return
 

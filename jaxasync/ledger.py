@@ -74,7 +74,7 @@ class RunLedger:
     self.extra_meta = extra_meta or {}
     self.start = time.perf_counter()
     # (The composition root claimed model_dir before building anything: see Trainer.)
-    self.model_dir = Path(config.model_dir) if config.model_dir else None
+    self.model_dir = Path(config.logdir) if config.logdir else None
     self._stop_at = float("inf")
     self.interrupted = False
     self.error: str | None = None  # what ended the run, for the summary
@@ -185,7 +185,7 @@ class RunLedger:
             f"checkpoint {name!r} could not be written in {self.model_dir} "
             f"({e.strerror or e}{f': {e.filename}' if e.filename else ''}); the last complete "
             f"checkpoint is {self.last_checkpoint or 'none'}, untouched. Free space (or fix the "
-            "directory) and continue with --resume.") from e
+            "directory) and continue the run by resuming it (resume=True).") from e
       self.last_checkpoint = path
       keep = self.config.keep_checkpoints
       numbered = sorted((p for p in self.model_dir.iterdir() if p.is_dir() and p.name.isdigit()),
@@ -323,9 +323,8 @@ class RunLedger:
         "health": self.health,
     }
     if opt == 0 and self.error is None:
-      msg = (f"the run ended without a single SGD step ({env_steps} env steps collected, "
-             f"warmup_period={self.config.warmup_period}): nothing was learned. Lower "
-             "--warmup-period or run longer.")
+      msg = (f"the run ended without a single SGD step ({env_steps} env steps collected): "
+             f"nothing was learned. {self.learner.agent.data.starved_hint()}")
       if msg not in self.warnings:
         self.warnings.append(msg)
         logger.warning(msg)

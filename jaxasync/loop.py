@@ -21,15 +21,79 @@ import dataclasses
 import os
 import pickle
 import time
+from typing import Protocol
 
 from jaxasync.actor import Actor
-from jaxasync.actor_manager import ActorManager, ActorStats
+from jaxasync.actor_manager import Actors, ActorStats
+from jaxasync.config import RunConfig
+from jaxasync.evaluator import Evaluator
 from jaxasync.hooks import EvalWorker, Hook, IntervalTrigger, progress_bar
 from jaxasync.ledger import RunLedger
 from jaxasync.learner import Learner
-from jaxasync.param_store import host_copy
+from jaxasync.param_store import ParamStore, host_copy
 from jaxasync.recorder import Recorder
+from jaxasync.sources.base import DataSource
 from jaxasync.transport import Chunk, ChunkQueue
+
+
+class Feed(Protocol):
+  """Where the loop's data comes from: what differs between a synchronous and an asynchronous
+  run (``LockstepFeed``, ``ActorFeed``).
+
+  Attributes:
+    mode: named in the summary ('sync', 'async-thread', ...).
+    stage: what the feed is doing now, for the stall watchdog.
+    waiting: the loop has waited for data since its last update (for the watchdog).
+    interrupt_main_when_stuck: a stuck run interrupts the loop's thread (the lock-step actor's
+      env.step runs there).
+    finish_due_updates: updates an env step paid for run before the limits are looked at.
+    dropped: chunks dropped so far (a full queue in drop-oldest mode).
+    actor_stats: per-actor figures, once the actors stopped.
+  """
+
+  mode: str
+  stage: str
+  waiting: bool
+  interrupt_main_when_stuck: bool
+  finish_due_updates: bool
+  dropped: int
+  actor_stats: list[ActorStats]
+
+  def start(self) -> None:
+    """Actors start (after the first publication)."""
+
+  def ingest(self, loop: "LearnerLoop") -> None:
+    """Takes what actors already delivered into ``loop.source``; never blocks."""
+
+  def wait(self, loop: "LearnerLoop") -> None:
+    """Produces or waits for more data while no update can run."""
+
+  def supervise(self) -> None:
+    """Restarts dead actors (raises ``ActorFailed`` past their restarts)."""
+
+  def stuck_stage(self, loop: "LearnerLoop") -> str:
+    """Where a run without progress is stuck, for the watchdog (read from its thread)."""
+
+  def rng_states(self) -> dict:
+    """Generator states for checkpoint metadata."""
+
+  def resume_state(self) -> bytes | None:
+    """What a resumed run needs to take exactly the steps this one would have, or ``None``."""
+
+  def load_resume_state(self, state: bytes | None) -> bool:
+    """Puts back a ``resume_state``; whether it could."""
+
+  def metrics(self) -> dict[str, float]:
+    """Figures to record."""
+
+  def stop(self) -> None:
+    """Actors stop (their last chunks are not waited for)."""
+
+  def close(self) -> None:
+    """Releases what ``start`` took (envs, the learner's CPU pinning)."""
+
+  def summary(self) -> dict:
+    """Figures for the run's summary."""
 
 
 class LockstepFeed:
@@ -51,6 +115,7 @@ class LockstepFeed:
     self.actor = actor
     self.stage = "env.step"
     self.dropped = 0
+    self.actor_stats: list[ActorStats] = []  # (the in-thread actor is the loop's own)
 
   def start(self) -> None:
     pass
@@ -124,7 +189,7 @@ class ActorFeed:
   interrupt_main_when_stuck = False
   finish_due_updates = False
 
-  def __init__(self, manager: ActorManager, transport: ChunkQueue, inference=None,
+  def __init__(self, manager: Actors, transport: ChunkQueue, inference=None,
                pin_cpu: int | None = None):
     self.manager, self.transport, self.inference = manager, transport, inference
     self.mode = f"async-{manager.mode}"
@@ -132,6 +197,7 @@ class ActorFeed:
     self._last_check = 0.0
     self.actor_stats: list[ActorStats] = []
     self.waiting = False  # the loop waits for data (no update since), for the watchdog
+    self.stage = "actors"  # (the loop's thread never steps an env here)
 
   @property
   def dropped(self) -> int:
@@ -180,7 +246,7 @@ class ActorFeed:
   def stuck_stage(self, loop: "LearnerLoop") -> str:
     """Where a run without progress is stuck, for the watchdog (read from its thread)."""
     source = loop.source
-    warm = getattr(source, "min_size", 0)  # (a replay's warmup; a queue has none)
+    warm = source.warmup_items  # (a replay's warmup; a queue has none)
     if warm and len(source) < max(warm, source.updates_per_call * source.batch_size):
       steps = [int(self.manager.shared.env_steps[i]) for i in range(self.manager.num_actors)]
       return (f"waiting for the actors' chunks to fill the warmup ({len(source)} of {warm} "
@@ -230,7 +296,7 @@ class LearnerLoop:
   ``final``, and writes the summary.
 
   Args:
-    config: the run's ``TrainerConfig`` (limits and intervals).
+    config: the run's ``RunConfig`` (limits and intervals).
     learner: the agent state and its update.
     source: the data source (``ReplaySource`` or ``QueueSource``).
     feed: ``LockstepFeed`` or ``ActorFeed``.
@@ -243,8 +309,9 @@ class LearnerLoop:
     hooks: the run's own ``Hook``s, called after evaluation, recording and checkpoints.
   """
 
-  def __init__(self, config, learner: Learner, source, feed, param_store, evaluator,
-               recorder: Recorder, sync_interval: int, extra_meta: dict | None = None,
+  def __init__(self, config: RunConfig, learner: Learner, source: DataSource, feed: Feed,
+               param_store: ParamStore, evaluator: Evaluator, recorder: Recorder,
+               sync_interval: int, extra_meta: dict | None = None,
                hooks: tuple[Hook, ...] = ()):
     self.config, self.learner, self.source, self.feed = config, learner, source, feed
     self.param_store, self.evaluator, self.recorder = param_store, evaluator, recorder
@@ -368,7 +435,7 @@ class LearnerLoop:
     if lockstep:
       self.feed.stage = "evaluation"
     worker.submit(learner.opt_steps, self.env_steps, host_copy(learner.policy_params()),
-                  host_copy(learner.state) if self.config.model_dir else None,
+                  host_copy(learner.state) if self.config.logdir else None,
                   time.perf_counter() - run.start)
     if lockstep:  # a synchronous run waits for its evaluation: deterministic, and in order
       worker.wait(abort=lambda: run.failure is not None)

@@ -1,13 +1,13 @@
 """Actors on a Ray cluster: jaxasync's actors in Ray actor processes, pulled by the learner.
 
-``AsyncConfig(actor_mode="ray")`` runs each actor as a Ray actor anywhere in a cluster (or in a
+``ActorsConfig(mode="ray")`` runs each actor as a Ray actor anywhere in a cluster (or in a
 local Ray instance). The pieces are the ones thread and process actors use: inside each Ray
 actor, ``run_actor`` (the same ``Actor``: agent, vector env, collector) steps the env in a
 thread, and its chunks enter the same data source through the same ``ActorFeed``. What Ray
 changes is only how chunks and params travel:
 
 * **Chunks are pulled.** Each Ray actor collects into a bounded queue of ``chunks_ahead``
-  chunks (``AsyncConfig.ray_chunks_ahead``) and blocks when it is full. A receiver thread in
+  chunks (``ActorsConfig.ray_chunks_ahead``) and blocks when it is full. A receiver thread in
   the learner's process keeps one ``collect`` call outstanding per actor; a call returns every
   chunk collected so far (waiting for one), the thread puts them into the bounded
   ``ChunkQueue`` the learner reads (as thread actors do) and calls again at once, so the actor
@@ -61,7 +61,7 @@ def import_ray():
   try:
     import ray
   except ImportError as e:
-    raise ConfigError("actor_mode='ray' (--async.actor-mode ray) needs Ray: "
+    raise ConfigError("mode='ray' needs Ray: "
                       "pip install 'jaxasync[ray]' (or pip install ray).") from e
   return ray
 
@@ -179,7 +179,7 @@ class RayActorWorker:
 class RayActorManager:
   """Runs ``len(configs)`` Ray actors and brings their chunks into ``transport``.
 
-  The ``ActorManager`` interface (``start``, ``check``, ``stop_and_join``, ``shared``,
+  The ``actor_manager.Actors`` contract (``start``, ``check``, ``stop_and_join``, ``shared``,
   ``restarts``, ``alive``), so the ``ActorFeed`` runs Ray actors as it runs the others. A
   receiver thread keeps one ``collect`` call outstanding per actor, puts the chunks each call
   returns into ``transport`` (a thread ``ChunkQueue``; it blocks while that is full, and the

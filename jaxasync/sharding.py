@@ -50,7 +50,7 @@ def learner_devices(count: int | None = None) -> list[jax.Device]:
             "starts splits it into N devices (for tests)." if jax.default_backend() == "cpu"
             else "")
     raise ConfigError(f"learner_devices={count} but this process sees {len(devices)} "
-                      f"{jax.default_backend()} device(s): {devices}. Lower --learner-devices."
+                      f"{jax.default_backend()} device(s): {devices}. Lower learner_devices."
                       + hint)
   return devices[:count]
 
@@ -61,7 +61,7 @@ def check_batch_divides(batch_items: int, num_devices: int, what: str) -> None:
     raise ConfigError(
         f"the learner's batch of {batch_items} items ({what}) does not split over "
         f"{num_devices} learner devices: each device takes batch / devices items. Make it a "
-        f"multiple of {num_devices}, or set --learner-devices to a divisor of {batch_items}.")
+        f"multiple of {num_devices}, or set learner_devices to a divisor of {batch_items}.")
 
 
 class DataParallel:
@@ -69,7 +69,7 @@ class DataParallel:
 
   Args:
     devices: the learner's devices (``learner_devices``).
-    batch_axis: the batch axis of the update's batch leaves (``DataSpec.batch_axis``: 1 for
+    batch_axis: the batch axis of the update's batch leaves (``DataPipeline.batch_axis``: 1 for
       ``[k, N, ...]`` transitions, 2 for ``[k, T + 1, N, ...]`` unrolls).
   """
 

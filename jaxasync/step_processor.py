@@ -11,20 +11,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxasync.errors import ConfigError
+from jaxasync.pipeline import check_return_settings
 from jaxasync.types import Transition
-
-
-def check_return_settings(n_step: int, gamma: float, reward_clip: float) -> None:
-  """Raises ``ConfigError`` (a ``ValueError``) unless ``n_step >= 1``, ``0 <= gamma <= 1`` and
-  ``reward_clip >= 0``: the one check of the n-step settings (``TrainerConfig`` and every step
-  processor call it)."""
-  if n_step < 1:
-    raise ConfigError(f"n_step must be >= 1, got {n_step}.")
-  if not 0.0 <= gamma <= 1.0:
-    raise ConfigError(f"gamma must be in [0, 1], got {gamma}.")
-  if not reward_clip >= 0.0:
-    raise ConfigError(f"reward_clip must be >= 0 (0: no clipping), got {reward_clip}.")
 
 
 class ProcessorBase:

@@ -21,9 +21,8 @@ Rows (ROWS below; add one per algorithm and env):
                              in 2 devices; target 475, hold 450; only when named in --rows.
   rainbow-minatar-breakout   experiments/rainbow.py --preset minatar --duration 600  report only;
                              not run unless named in --rows (10 min a run).
-Modes: sync (--mode sync), thread (--mode async --async.actor-mode thread), process (--mode async
---async.actor-mode process), ray (--mode async --async.actor-mode ray: a local Ray instance;
-only when named in --modes).
+Modes: sync (--mode sync), thread (--mode thread), process (--mode process), ray (--mode ray: a
+local Ray instance; only when named in --modes).
 
 Each run's stdout and stderr go to <logdir>/log.txt. A run that exits non-zero or runs past
 --timeout seconds (its whole process group is killed: process actors too) is recorded as failed,
@@ -159,9 +158,9 @@ ROWS: dict[str, Row] = {
 
 MODES: dict[str, tuple[str, ...]] = {
     "sync": ("--mode", "sync"),
-    "thread": ("--mode", "async", "--async.actor-mode", "thread"),
-    "process": ("--mode", "async", "--async.actor-mode", "process"),
-    "ray": ("--mode", "async", "--async.actor-mode", "ray"),  # (pip install -e ".[ray]")
+    "thread": ("--mode", "thread"),
+    "process": ("--mode", "process"),
+    "ray": ("--mode", "ray"),  # (pip install -e ".[ray]")
 }
 
 

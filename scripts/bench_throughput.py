@@ -16,16 +16,18 @@ Variants (--variants picks a subset):
            --updates-per-call steps), opt-steps/s. Also "pure": the jitted `DQN.update` alone
            on one device-resident batch reused (one call in flight, as the Learner does).
            Reported: learner / pure.
-  sync     (c) `jaxasync.Trainer`, max_opts=10**9, eval_interval=0.
-  thread   (d) `jaxasync.AsyncTrainer` with thread actors.
-  process  (e) `jaxasync.AsyncTrainer` with process actors (spawn).
+  sync     (c) `jaxasync.Trainer` with its lock-step actor (ActorsConfig(mode="sync")),
+           max_opts=10**9, eval_interval=0.
+  thread   (d) `jaxasync.Trainer` with thread actors (ActorsConfig(mode="thread")).
+  process  (e) `jaxasync.Trainer` with process actors (spawn; ActorsConfig(mode="process")).
   pinned   (e') the same with pin_cpus=True (learner on core 0, actors on the others).
   ray      (f) the same with Ray actors (a local Ray instance, started once: not timed). Also
            "ray_actor": one Ray actor alone, its chunks pulled as fast as they come (a
            RayActorManager into a ChunkQueue read in a loop), against (a): per-chunk overhead = 1 / its chunks/s
            - 1 / (a)'s chunks/s. Not in the default --variants (it needs Ray:
            pip install 'jaxasync[ray]').
-For (c)-(e') the trainers are built as `train_async` builds them, with a recorder that
+For (c)-(e') the trainers are `jaxasync.Trainer(agent, env, run, actors, recorder,
+agent_factory=...)` (RunConfig, ActorsConfig; the agent's own data pipeline), with a recorder that
 timestamps every record (one per 100 opt steps) and snapshots the counters and stage timers.
 The first record comes after the first update call, i.e. once actors have delivered the
 warm-up transitions and the update is compiled; rates are taken from the records between
@@ -102,7 +104,6 @@ import tyro
 
 import jaxasync as ja
 from jaxasync.actor import ActorShared, run_actor
-from jaxasync.trainer import collector_factory
 from jaxasync.param_store import to_cpu
 from jaxasync.types import transition_example
 
@@ -128,7 +129,7 @@ class Args:
   num_actors: int = 1
   envs_per_actor: int = 8
   sync_num_envs: int = 4
-  """sub-envs of the sync Trainer's env (TrainerConfig's default)."""
+  """sub-envs of the sync Trainer's env (ActorsConfig's default num_envs)."""
   updates_per_call: int = 4
   batch_size: int = 128
   hidden_sizes: tuple[int, ...] = (64, 64)
@@ -145,18 +146,23 @@ class Args:
 
 
 # --- (a) actor alone ------------------------------------------------------------------------------
+def actor_config(args: Args, agent, mode: str) -> ja.ActorConfig:
+  """What ``Trainer`` gives one actor of ``mode`` (ActorsConfig's default chunks): chunk steps
+  and collector from the agent's data pipeline (transitions: n-step ``StepProcessor``;
+  unrolls: ``UnrollCollector``, one unroll per chunk)."""
+  actors = ja.ActorsConfig(mode=mode, num_envs=args.envs_per_actor)
+  return ja.ActorConfig(num_envs=actors.num_envs, chunk_steps=agent.data.chunk_steps(actors),
+                        collector=agent.data.collector_factory(agent), seed=args.seed)
+
+
 def measure_actor(args: Args, agent_factory, env: ja.EnvFactory) -> dict:
   """One jaxasync actor in a thread; its env-step counter sampled after warm-up and at the end."""
   agent = agent_factory()
   store = ja.ThreadParamStore()
   store.publish(ja.ModelInfo(0, jax.device_get(agent.init(jax.random.PRNGKey(args.seed)).params)))
-  transport, stop, errors = ja.ChunkQueue(ja.AsyncConfig().queue_size), threading.Event(), queue.Queue()
+  transport, stop, errors = ja.ChunkQueue(ja.ActorsConfig().queue_size), threading.Event(), queue.Queue()
   shared = ActorShared(np.zeros(1, np.int64), np.full(1, -1, np.int64))
-  unrolls = agent.data.collector == "unrolls"
-  config = ja.ActorConfig(num_envs=args.envs_per_actor,
-                          chunk_steps=agent.data.unroll_length if unrolls else ja.AsyncConfig().chunk_steps,
-                          collector=collector_factory(agent, trainer_config(args), None),
-                          seed=args.seed)
+  config = actor_config(args, agent, "thread")
   actor = threading.Thread(target=run_actor, args=(0, agent_factory, env, config, transport, store,
                                                    stop, errors, shared), daemon=True)
 
@@ -215,16 +221,12 @@ def measure_ray_actor(args: Args, agent_factory, env: ja.EnvFactory) -> dict:
   (its calls in flight keep it busy), params published once."""
   from jaxasync.ray_actors import RayActorManager, RayParamStore
   agent = agent_factory()
-  unrolls = agent.data.collector == "unrolls"
-  config = ja.ActorConfig(num_envs=args.envs_per_actor,
-                          chunk_steps=agent.data.unroll_length if unrolls else ja.AsyncConfig().chunk_steps,
-                          collector=collector_factory(agent, trainer_config(args), None),
-                          seed=args.seed)
+  config = actor_config(args, agent, "ray")
   store = RayParamStore()
   store.publish(ja.ModelInfo(0, jax.device_get(agent.init(jax.random.PRNGKey(args.seed)).params)))
-  transport = ja.ChunkQueue(ja.AsyncConfig().queue_size)
+  transport = ja.ChunkQueue(ja.ActorsConfig().queue_size)
   manager = RayActorManager(agent_factory, env, [config], transport, store,
-                            chunks_ahead=ja.AsyncConfig().ray_chunks_ahead)
+                            chunks_ahead=ja.ActorsConfig().ray_chunks_ahead)
   manager.start()
 
   def run(seconds: float) -> tuple[int, int]:
@@ -322,7 +324,7 @@ class WindowRecorder:
   The first record marks "learning has started" (first update call done, so compiled; for async,
   actors are up and delivered warmup_period env steps). ``attach`` lets the recorder end the run
   right after the measured window [first + warmup, first + warmup + duration], through the
-  trainer's ``run_state.request_stop``.
+  trainer's ``ledger.request_stop``.
   """
 
   def __init__(self, warmup: float, duration: float):
@@ -343,7 +345,7 @@ class WindowRecorder:
                         "policy_lag": values.get("policy_lag_mean", 0.0),
                         "stages": dict(self.stage_times())})
     if len(self.points) == 1 and self.trainer is not None:
-      self.trainer.run_state.request_stop(after_s=self.warmup + self.duration + 0.01)
+      self.trainer.ledger.request_stop(after_s=self.warmup + self.duration + 0.01)
 
   def close(self) -> None:
     pass
@@ -368,20 +370,22 @@ class WindowRecorder:
             "stage_fractions": stages}
 
 
-def trainer_config(args: Args, **kw) -> ja.TrainerConfig:
+def run_config(args: Args, **kw) -> ja.RunConfig:
   base = dict(max_opts=10**9, eval_interval=0, record_interval=RECORD_INTERVAL, save_interval=0,
-              updates_per_call=args.updates_per_call, num_envs=args.sync_num_envs, seed=args.seed,
-              progress=False)
+              updates_per_call=args.updates_per_call, seed=args.seed, progress=False)
   base.update(kw)
-  return ja.TrainerConfig(**base)
+  return ja.RunConfig(**base)
 
 
-def async_config(args: Args, variant: str) -> ja.AsyncConfig:
+def actors_config(args: Args, variant: str) -> ja.ActorsConfig:
+  """The actors of ``variant``: 'sync' is the lock-step actor with --sync-num-envs sub-envs;
+  the others --num-actors actors of --envs-per-actor sub-envs each."""
+  if variant == "sync":
+    return ja.ActorsConfig(mode="sync", num_envs=args.sync_num_envs)
   mode, pin = ASYNC_VARIANTS[variant]
   # IMPALA publishes after every SGD step, as experiments/impala.py does.
-  return ja.AsyncConfig(num_actors=args.num_actors, actor_mode=mode,
-                        envs_per_actor=args.envs_per_actor, pin_cpus=pin,
-                        **({"sync_interval": 1} if args.agent == "impala" else {}))
+  return ja.ActorsConfig(mode=mode, num_actors=args.num_actors, num_envs=args.envs_per_actor,
+                         pin_cpus=pin, **({"sync_interval": 1} if args.agent == "impala" else {}))
 
 
 def summary_figures(summary: dict) -> dict:
@@ -393,8 +397,8 @@ def summary_figures(summary: dict) -> dict:
 
 def measure_sync(args: Args, agent_factory, env: ja.EnvFactory) -> dict:
   recorder = WindowRecorder(args.warmup, args.duration)
-  trainer = ja.Trainer(agent_factory(), env, trainer_config(args, duration=60 + args.duration),
-                       recorder)
+  trainer = ja.Trainer(agent_factory(), env, run_config(args, duration=60 + args.duration),
+                       actors_config(args, "sync"), recorder)
   recorder.attach(trainer, trainer.stage_times)
   summary = trainer.train()
   return {**recorder.window(), **summary_figures(summary)}
@@ -402,10 +406,9 @@ def measure_sync(args: Args, agent_factory, env: ja.EnvFactory) -> dict:
 
 def measure_async(args: Args, agent_factory, env: ja.EnvFactory, variant: str) -> dict:
   recorder = WindowRecorder(args.warmup, args.duration)
-  # What train_async does, with a handle on the trainer for the recorder.
-  trainer = ja.AsyncTrainer(agent_factory(), agent_factory, env,
-                            trainer_config(args, duration=60 + args.duration),
-                            async_config(args, variant), recorder)
+  # Process and Ray actors build their own agent with agent_factory.
+  trainer = ja.Trainer(agent_factory(), env, run_config(args, duration=60 + args.duration),
+                       actors_config(args, variant), recorder, agent_factory=agent_factory)
   recorder.attach(trainer, trainer.stage_times)
   affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
   try:
@@ -418,19 +421,14 @@ def measure_async(args: Args, agent_factory, env: ja.EnvFactory, variant: str) -
 
 
 # --- (g) time to solve ----------------------------------------------------------------------------
-def solve(args: Args, agent_config, agent_factory, env: ja.EnvFactory,
-          variant: str, seed: int) -> dict:
-  config = trainer_config(args, seed=seed, duration=args.solve_timeout,
-                          target_eval_reward=args.solve_reward, eval_interval=1_000,
-                          record_interval=0)
+def solve(args: Args, agent_factory, env: ja.EnvFactory, variant: str, seed: int) -> dict:
+  run = run_config(args, seed=seed, duration=args.solve_timeout,
+                   target_eval_reward=args.solve_reward, eval_interval=1_000, record_interval=0)
   affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
   t0 = time.perf_counter()
   try:
-    if variant == "sync":
-      summary = ja.Trainer(agent_factory(), env, config).train()
-    else:
-      summary, _ = ja.train_async(type(agent_factory()), agent_config, env, config,
-                                  async_config(args, variant))
+    summary = ja.Trainer(agent_factory(), env, run, actors_config(args, variant),
+                         agent_factory=agent_factory).train()
   finally:
     if affinity is not None:
       os.sched_setaffinity(0, affinity)
@@ -471,11 +469,12 @@ def main(args: Args) -> dict:
   env = ja.EnvFactory(args.env_id)
   obs_space, action_space = ja.envs.spaces_of(env)
   if args.agent == "impala":
-    # experiments/impala.py's CartPole agent (one unroll of 5 steps per SGD step, tanh torsos).
+    # experiments/impala.py's CartPole agent (one unroll of 5 steps per SGD step, tanh torsos);
+    # no policy-lag bound (UnrollConfig's default), so that no unroll is dropped.
     agent_cls, agent_config = ja.IMPALA, ja.IMPALAConfig(
-        hidden_sizes=tuple(args.hidden_sizes), unroll_length=5, batch_size=1,
-        learning_rate=7e-4, entropy_cost=0.0, activation="tanh", orthogonal_init=True,
-        max_grad_norm=1.0)
+        hidden_sizes=tuple(args.hidden_sizes), batch_size=1, learning_rate=7e-4,
+        entropy_cost=0.0, activation="tanh", orthogonal_init=True, max_grad_norm=1.0,
+        data=ja.UnrollConfig(unroll_length=5))
   else:
     agent_cls, agent_config = ja.DQN, ja.DQNConfig(hidden_sizes=tuple(args.hidden_sizes),
                                                    batch_size=args.batch_size)
@@ -539,7 +538,7 @@ def main(args: Args) -> dict:
     best = max(measured, key=overlap.get) if measured else "process"
     for variant in ("sync", best):
       for seed in range(args.solve_seeds):
-        res = solve(args, agent_config, agent_factory, env, variant, seed)
+        res = solve(args, agent_factory, env, variant, seed)
         solves.setdefault(variant, []).append(res)
         print(f"  solve {variant:8s} seed {seed}: solved={res['solved']} at {res['env_steps']:,} env "
               f"steps, {res['wall_s']:.1f} s (call {res['total_wall_s']:.1f} s)", flush=True)
@@ -595,8 +594,9 @@ def main(args: Args) -> dict:
 
   result = {
       "config": {"args": dataclasses.asdict(args), "agent": dataclasses.asdict(agent_config),
-                 "trainer": dataclasses.asdict(trainer_config(args)),
-                 "async": {v: dataclasses.asdict(async_config(args, v)) for v in ASYNC_VARIANTS},
+                 "run": dataclasses.asdict(run_config(args)),
+                 "actors": {v: dataclasses.asdict(actors_config(args, v))
+                            for v in ("sync", *ASYNC_VARIANTS)},
                  "record_interval": RECORD_INTERVAL,
                  "overlap_efficiency": "env_steps_per_sec / actor + opt_steps_per_sec / learner",
                  "trainer_rates": "from timestamped records in [first + warmup, first + warmup + duration]"},

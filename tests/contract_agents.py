@@ -116,7 +116,7 @@ class LinearPG(ja.Agent):
   def __init__(self, obs_space, action_space, unroll_length: int = 5, batch_size: int = 2):
     self.obs_space, self.action_space = obs_space, action_space
     self.batch_size = batch_size
-    self.data = ja.DataSpec(collector="unrolls", source="queue", unroll_length=unroll_length)
+    self.data = ja.UnrollConfig(unroll_length=unroll_length)
     self.num_actions = int(action_space.n)
     self.optimizer = optax.sgd(0.1)
     self._logits = jax.jit(lambda w, obs: obs @ w)
@@ -166,22 +166,29 @@ class LinearPG(ja.Agent):
 
 
 def factories():
-  """``{name: picklable agent factory}`` for every agent the contract test covers."""
+  """``{name: picklable agent factory}`` for every agent the contract test covers (the replay
+  agents' data: a 2,000-transition replay, 64 env steps of warmup)."""
   obs_space, action_space = TinyEnv.observation_space, TinyEnv.action_space
+  replay = ja.ReplayConfig(warmup_period=64, replay_capacity=2_000)
   return {
-      "dqn": functools.partial(ShapeRecordingDQN, ja.DQNConfig(hidden_sizes=(8,), batch_size=16),
+      "dqn": functools.partial(ShapeRecordingDQN,
+                               ja.DQNConfig(hidden_sizes=(8,), batch_size=16, data=replay),
                                obs_space, action_space),
-      "dqn_extras": functools.partial(ExtrasDQN, ja.DQNConfig(hidden_sizes=(8,), batch_size=16),
+      "dqn_extras": functools.partial(ExtrasDQN,
+                                      ja.DQNConfig(hidden_sizes=(8,), batch_size=16, data=replay),
                                       obs_space, action_space),
       "linear_pg": functools.partial(LinearPG, obs_space, action_space),
       "impala": functools.partial(ShapeRecordingIMPALA,
-                                  ja.IMPALAConfig(hidden_sizes=(8,), unroll_length=5, batch_size=2),
+                                  ja.IMPALAConfig(hidden_sizes=(8,), batch_size=2,
+                                                  data=ja.UnrollConfig(unroll_length=5)),
                                   obs_space, action_space),
       "ppo": functools.partial(ShapeRecordingPPO,
-                               ja.PPOConfig(hidden_sizes=(8,), unroll_length=5, batch_size=2,
-                                            num_epochs=2, num_minibatches=3),
+                               ja.PPOConfig(hidden_sizes=(8,), batch_size=2, num_epochs=2,
+                                            num_minibatches=3,
+                                            data=ja.UnrollConfig(unroll_length=5)),
                                obs_space, action_space),
-      "sac": functools.partial(ShapeRecordingSAC, ja.SACConfig(hidden_sizes=(8,), batch_size=16),
+      "sac": functools.partial(ShapeRecordingSAC,
+                               ja.SACConfig(hidden_sizes=(8,), batch_size=16, data=replay),
                                obs_space, TinyBoxEnv.action_space),
   }
 

@@ -36,8 +36,8 @@ if len(jax.devices()) < 4:
 
 
 def random_batch(agent: ja.Agent, seed: int) -> tuple:
-  """One update call's ``(batch, weights)`` in the agent's ``DataSpec`` shapes, random values
-  (boundaries, terminations and importance weights included)."""
+  """One update call's ``(batch, weights)`` in the shapes of the agent's data pipeline, random
+  values (boundaries, terminations and importance weights included)."""
   rng = np.random.default_rng(seed)
   space = agent.action_space
   floats = lambda shape: rng.normal(size=shape).astype(np.float32)
@@ -47,7 +47,7 @@ def random_batch(agent: ja.Agent, seed: int) -> tuple:
       return rng.integers(0, space.n, shape).astype(space.dtype)
     return rng.uniform(space.low, space.high, shape + space.shape).astype(space.dtype)
 
-  if agent.data.collector == "unrolls":
+  if isinstance(agent.data, ja.UnrollConfig):
     shape = (K, agent.data.unroll_length + 1, agent.batch_size * UNROLL_ENVS)
     first = rng.random(shape) < 0.2
     extras = jax.tree.map(lambda e: floats(shape + np.shape(e)), agent.extras_example())
@@ -113,7 +113,7 @@ def test_the_batch_stays_split_inside_the_update(name):
   assert all(len(x.sharding.device_set) == 4 and not x.sharding.is_fully_replicated
              for x in jax.tree.leaves(batch))
   update = getattr(agent, "_jitted_update", None) or agent._update  # (LinearPG's jit)
-  args = (state, batch) if agent.data.collector == "unrolls" else (state, batch, weights)
+  args = (state, batch) if isinstance(agent.data, ja.UnrollConfig) else (state, batch, weights)
   with jax.set_mesh(parallel.mesh):
     hlo = update.lower(*args).compile().as_text()
   # The only gathers allowed are of one scalar per item (the median of DQN's action gaps):
@@ -156,13 +156,13 @@ def test_device_publications_survive_the_donating_update(num_devices):
 def test_batches_that_do_not_split_are_refused_with_the_fix():
   make = factories()
   dqn = make["dqn"]()  # batch_size 16
-  config = ja.TrainerConfig(max_opts=10, warmup_period=16, progress=False, learner_devices=3)
+  config = ja.RunConfig(max_opts=10, progress=False, learner_devices=3)
   with pytest.raises(ja.ConfigError, match=r"16 items .*3 learner devices.*multiple of 3"):
     ja.Trainer(dqn, env_factory("dqn"), config)
   impala = make["impala"]()  # 2 unrolls x 3 envs = 6 columns: 4 devices cannot split them
-  config = ja.TrainerConfig(max_opts=10, num_envs=3, progress=False, learner_devices=4)
+  config = ja.RunConfig(max_opts=10, progress=False, learner_devices=4)
   with pytest.raises(ja.ConfigError, match=r"2 unrolls x 3 envs.*multiple of 4"):
-    ja.Trainer(impala, env_factory("impala"), config)
+    ja.Trainer(impala, env_factory("impala"), config, ja.ActorsConfig(num_envs=3))
   with pytest.raises(ja.ConfigError, match=r"learner_devices=5 but this process sees 4"):
     learner_devices(5)
   assert learner_devices(None) == jax.devices()[:1]  # the CPU: one device unless asked
@@ -172,10 +172,12 @@ def test_a_sync_run_on_two_devices_checkpoints_and_resumes(tmp_path):
   """A lock-step DQN run with the learner on 2 devices saves; the resumed run's state is
   replicated on the 2 devices again and continues to max_opts."""
   def trainer(max_opts, resume=False):
-    config = ja.TrainerConfig(max_opts=max_opts, warmup_period=64, eval_interval=0,
-                              save_interval=64, record_interval=0, progress=False,
-                              model_dir=str(tmp_path), learner_devices=2)
-    return ja.Trainer(factories()["dqn"](), env_factory("dqn"), config, resume=resume)
+    agent = factories()["dqn"]()  # (its replay: 64 env steps of warmup)
+    assert agent.data.warmup_period == 64
+    config = ja.RunConfig(max_opts=max_opts, eval_interval=0, save_interval=64,
+                          record_interval=0, progress=False, logdir=str(tmp_path),
+                          learner_devices=2)
+    return ja.Trainer(agent, env_factory("dqn"), config, resume=resume)
 
   first = trainer(128)
   assert first.train()["opt_steps"] == 128

@@ -213,7 +213,7 @@ def test_acting_samples_from_the_logits_and_evaluation_is_greedy():
 def test_update_shapes_steps_and_no_retrace(cls, config):
   agent = cls(config, OBS2, ACT2)
   rng = np.random.default_rng(0)
-  k, T, N = 2, config.unroll_length, 4
+  k, T, N = 2, config.data.unroll_length, 4
   def batch():
     return Unroll(obs=rng.normal(size=(k, T + 1, N, 2)).astype(np.float32),
                   action=rng.integers(0, 2, (k, T + 1, N)),
@@ -236,7 +236,8 @@ def test_errors_name_the_fix():
     ja.IMPALA(ja.IMPALAConfig(), OBS2, gym.spaces.Box(-1, 1, (1,), np.float32), "Pend-v1")
   with pytest.raises(ja.ConfigError, match="gae_lambda"):
     ja.PPO(ja.PPOConfig(gae_lambda=1.5), OBS2, ACT2)
-  agent = ja.PPO(ja.PPOConfig(hidden_sizes=(8,), unroll_length=3, num_minibatches=4), OBS2, ACT2)
+  agent = ja.PPO(ja.PPOConfig(hidden_sizes=(8,), num_minibatches=4,
+                              data=ja.UnrollConfig(unroll_length=3)), OBS2, ACT2)
   unroll = Unroll(obs=np.zeros((1, 4, 1, 2), np.float32), action=np.zeros((1, 4, 1), np.int64),
                   extras={"logits": np.zeros((1, 4, 1, 2), np.float32)},
                   reward=np.zeros((1, 4, 1), np.float32), discount=np.ones((1, 4, 1), np.float32),
@@ -259,9 +260,10 @@ def test_lockstep_runs_are_bit_identical(tmp_path):
   flags = ("--max-env-steps", "5120", "--eval-interval", "0", "--record-interval", "0", "--seed", "3")
   summaries = [_sync_ppo_run(tmp_path / f"run{i}", *flags) for i in range(2)]
   import ppo  # experiments/ppo.py: the run's agent, to read its checkpoints
-  args = ppo.Args(mode="sync", max_env_steps=5120)
+  args = ppo.Args(run=dataclasses.replace(ppo.cartpole_run(), max_env_steps=5120),
+                  actors=dataclasses.replace(experiment.on_policy_actors(), mode="sync"))
   cartpole = gym.make("CartPole-v1")
-  agent = ja.PPO(experiment.anneal_over_env_steps(args), cartpole.observation_space,
+  agent = ja.PPO(experiment.annealed_agent(args), cartpole.observation_space,
                  cartpole.action_space)
   template = agent.init(jax.random.PRNGKey(0))
   states = [ja.restore_checkpoint(tmp_path / f"run{i}" / "final", template)[0] for i in range(2)]
@@ -281,7 +283,7 @@ def test_ppo_learns_cartpole_in_sync(tmp_path):
 @pytest.mark.slow
 def test_impala_learns_cartpole_with_a_process_actor(tmp_path):
   logdir = tmp_path / "run"
-  out = subprocess.run([sys.executable, "experiments/impala.py", "--mode", "async",
+  out = subprocess.run([sys.executable, "experiments/impala.py", "--mode", "process",
                         "--no-progress", "--max-env-steps", "150000", "--target-eval-reward", "400",
                         "--logdir", str(logdir)], cwd=REPO, capture_output=True, text=True,
                        timeout=400)

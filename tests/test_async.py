@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import signal
 import subprocess
 import sys
@@ -21,28 +23,37 @@ from helpers import assert_no_strays
 CARTPOLE = ja.EnvFactory("CartPole-v1")
 
 
-def _config(**kw) -> ja.TrainerConfig:
+REPLAY_FIELDS = {f.name for f in dataclasses.fields(ja.ReplayConfig)}
+
+
+def _config(**kw) -> tuple[ja.RunConfig, ja.ReplayConfig]:
+  """The run's settings, and the replay's (warmup_period, replay_capacity...) for the agent."""
   base = dict(max_opts=400, warmup_period=256, eval_interval=0, record_interval=100,
               updates_per_call=4, progress=False, seed=0, replay_capacity=20_000)
   base.update(kw)
-  return ja.TrainerConfig(**base)
+  data = {k: base.pop(k) for k in list(base) if k in REPLAY_FIELDS}
+  return ja.RunConfig(**base), ja.ReplayConfig(**data)
 
 
-def _trainer(agent_cls=ja.DQN, env=CARTPOLE, config=None, **async_kw):
+def _trainer(agent_cls=ja.DQN, env=CARTPOLE, config=None, **actors_kw):
   obs_space, action_space = ja.envs.spaces_of(CARTPOLE)
-  import functools
-  factory = functools.partial(agent_cls, ja.DQNConfig(batch_size=32), obs_space, action_space)
-  base = dict(actor_mode="thread", num_actors=2, envs_per_actor=2, chunk_steps=4,
+  run, data = config or _config()
+  # (The replay ratio and the training frequency cap are the agent's replay's settings.)
+  data = dataclasses.replace(data, **{k: actors_kw.pop(k) for k in list(actors_kw)
+                                      if k in REPLAY_FIELDS})
+  factory = functools.partial(agent_cls, ja.DQNConfig(batch_size=32, data=data), obs_space,
+                              action_space)
+  base = dict(mode="thread", num_actors=2, num_envs=2, chunk_steps=4,
               sync_interval=8, queue_size=8)
-  base.update(async_kw)
-  return ja.AsyncTrainer(factory(), factory, env, config or _config(), ja.AsyncConfig(**base),
-                         recorder=ja.MemoryRecorder())
+  base.update(actors_kw)
+  return ja.Trainer(factory(), env, run, ja.ActorsConfig(**base), recorder=ja.MemoryRecorder(),
+                    agent_factory=factory)
 
 
 @pytest.mark.parametrize("mode", ["thread", "process"])
 def test_versions_increase_and_nothing_lost(mode):
   before = {t.ident for t in threading.enumerate()}
-  trainer = _trainer(actor_mode=mode)
+  trainer = _trainer(mode=mode)
   summary = trainer.train()
   assert summary["opt_steps"] >= 400
   # Both actors deliver here; on a many-core machine a spawned actor may still be importing jax
@@ -79,7 +90,7 @@ def test_drop_oldest_counts_drops():
 @pytest.mark.parametrize("mode", ["thread", "process"])
 def test_raising_env_is_restarted_and_counted(mode, caplog):
   before = {t.ident for t in threading.enumerate()}
-  trainer = _trainer(env=RaisingEnvFactory(steps=150), actor_mode=mode, num_actors=1,
+  trainer = _trainer(env=RaisingEnvFactory(steps=150), mode=mode, num_actors=1,
                      max_restarts=50, config=_config(max_opts=200, duration=60))
   with caplog.at_level(logging.WARNING, logger="jaxasync"):
     summary = trainer.train()
@@ -122,7 +133,7 @@ def test_actor_failing_past_max_restarts_fails_the_run():
 @pytest.mark.parametrize("mode", ["thread", "process"])
 def test_learner_error_propagates_and_stops_actors(mode):
   before = {t.ident for t in threading.enumerate()}
-  trainer = _trainer(agent_cls=RaisingDQN, actor_mode=mode)
+  trainer = _trainer(agent_cls=RaisingDQN, mode=mode)
   with pytest.raises(LearnerFault):
     trainer.train()
   assert not any(trainer.feed.manager.alive())
@@ -136,7 +147,7 @@ def test_rate_limiter_holds_samples_per_insert():
   sampled = trainer.learner.opt_steps * trainer.source.batch_size
   error = trainer.source.limiter.error(trainer.loop.inserted, sampled)
   assert abs(error) <= trainer.source.limiter.tolerance
-  ratio = sampled / (trainer.loop.inserted - trainer.config.warmup_period)
+  ratio = sampled / (trainer.loop.inserted - trainer.agent.data.warmup_period)
   assert ratio == pytest.approx(spi, rel=0.25)
 
 
@@ -168,13 +179,12 @@ def test_apex_ladder():
   assert ja.apex_epsilons(1, 0.3).tolist() == [0.3]
 
 
-@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("mode", ["sync", "process"])
 def test_sigint_stops_saves_and_returns(tmp_path, mode):
   logdir = tmp_path / "run"
   proc = subprocess.Popen(
       [sys.executable, "experiments/dqn.py", "--mode", mode, "--logdir", str(logdir),
-       "--no-progress", "--max-opts", "1000000", "--eval-interval", "500",
-       *(["--async.actor-mode", "process"] if mode == "async" else [])],
+       "--no-progress", "--max-opts", "1000000", "--eval-interval", "500"],
       cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
   deadline = time.monotonic() + 90
   while time.monotonic() < deadline and not (logdir / "best" / "state.msgpack").exists():
@@ -196,11 +206,13 @@ def test_sigint_stops_saves_and_returns(tmp_path, mode):
 
 @pytest.mark.slow
 def test_async_thread_dqn_learns_cartpole(tmp_path):
-  config = ja.TrainerConfig(max_opts=50_000, target_eval_reward=475, seed=0, progress=False,
-                            model_dir=str(tmp_path))
-  summary, stats = ja.train_async(ja.DQN, ja.DQNConfig(), CARTPOLE, config,
-                                  ja.AsyncConfig(actor_mode="thread", envs_per_actor=4,
-                                                 samples_per_insert=64.0))
+  config = ja.RunConfig(max_opts=50_000, target_eval_reward=475, seed=0, progress=False,
+                        logdir=str(tmp_path))
+  factory = functools.partial(ja.DQN, ja.DQNConfig(data=ja.ReplayConfig(samples_per_insert=64.0)),
+                              *ja.envs.spaces_of(CARTPOLE), CARTPOLE.env_id)
+  trainer = ja.Trainer(factory(), CARTPOLE, config, ja.ActorsConfig(mode="thread", num_envs=4),
+                       agent_factory=factory)
+  summary, stats = trainer.train(), trainer.actor_stats
   assert summary["best_eval_reward"] >= 475, summary["evals"][-5:]
   assert (tmp_path / "best" / "state.msgpack").exists()
   assert stats[0].env_steps > 0
@@ -244,8 +256,8 @@ def test_default_settings_hold_cartpole_in_sync(tmp_path):
 
 @pytest.mark.parametrize("mode", ["thread", "process"])
 def test_final_evaluation_is_of_the_final_params(mode):
-  trainer = _trainer(actor_mode=mode, config=_config(max_opts=300, eval_interval=128,
-                                                     eval_episodes=2))
+  trainer = _trainer(mode=mode, config=_config(max_opts=300, eval_interval=128,
+                                               eval_episodes=2))
   summary = trainer.train()
   assert summary["opt_steps"] == 300
   opts = [e["opt_steps"] for e in summary["evals"]]
@@ -260,7 +272,7 @@ def test_central_inference_serves_actors(mode):
   before = {t.ident for t in threading.enumerate()}
   # A replay ratio, so that the learner cannot reach 400 SGD steps on the warmup's chunks
   # alone (on a loaded machine it did): chunks made with published params must arrive.
-  trainer = _trainer(actor_mode=mode, inference_servers=1, inference_batchsize=2,
+  trainer = _trainer(mode=mode, inference_servers=1, inference_batchsize=2,
                      inference_device="cpu", samples_per_insert=8.0)
   summary = trainer.train()
   assert summary["opt_steps"] >= 400

@@ -9,7 +9,8 @@ import pytest
 pytest.importorskip("ale_py")
 pytest.importorskip("cv2")
 
-from jaxasync import DQN, DQNConfig, Trainer, TrainerConfig  # noqa: E402
+from jaxasync import (ActorsConfig, DQN, DQNConfig, ReplayConfig, RunConfig,  # noqa: E402
+                      Trainer)
 from jaxasync.atari import AtariEnvFactory, is_atari_id  # noqa: E402
 from jaxasync.errors import ConfigError
 from jaxasync.envs import spaces_of  # noqa: E402
@@ -189,15 +190,17 @@ def test_bad_settings_are_config_errors():
 def test_trainer_runs_pong_end_to_end_with_the_frame_replay():
   factory = AtariEnvFactory("ALE/Pong-v5")
   obs_space, action_space = spaces_of(factory)
+  # (The replay given is the one its data describes: frames stored once, prioritized.)
+  data = ReplayConfig(warmup_period=120, opt_interval=4.0, n_step=3, reward_clip=1.0,
+                      replay_capacity=150, frames=True, prioritized=True, priority_alpha=0.5)
   agent = DQN(DQNConfig(batch_size=8, learning_rate=1e-4, num_atoms=11, dueling=True,
-                        noisy=True, target_update_period=20),
+                        noisy=True, target_update_period=20, data=data),
               obs_space, action_space, factory.env_id)
   replay = PrioritizedFrameReplayBuffer(
       transition_example(obs_space, action_space), 150, seed=0, alpha=0.5)
-  config = TrainerConfig(max_opts=16, warmup_period=120, opt_interval=4.0, updates_per_call=2,
-                         num_envs=2, n_step=3, reward_clip=1.0, replay_capacity=150, eval_interval=0,
-                         eval_episodes=1, record_interval=0, progress=False)
-  summary = Trainer(agent, factory, config, replay=replay).train()
+  config = RunConfig(max_opts=16, updates_per_call=2, eval_interval=0, eval_episodes=1,
+                     record_interval=0, progress=False)
+  summary = Trainer(agent, factory, config, ActorsConfig(num_envs=2), replay=replay).train()
   assert summary["opt_steps"] == 16
   assert replay.added_total > replay.capacity  # wrapped around
   assert len(replay) > replay.capacity // 2
@@ -210,22 +213,24 @@ def test_trainer_runs_pong_end_to_end_with_the_frame_replay():
 @needs_envpool
 def test_async_rainbow_runs_pong_on_envpool_in_an_actor_process():
   """The envpool backend inside a spawned actor process, into the prioritized frame replay."""
-  import jaxasync as ja
+  import functools
 
   factory = AtariEnvFactory("ALE/Pong-v5", backend="envpool")
   obs_space, action_space = spaces_of(factory)
+  data = ReplayConfig(warmup_period=100, n_step=3, reward_clip=1.0, replay_capacity=400,
+                      frames=True, prioritized=True, priority_alpha=0.5)
   agent_config = DQNConfig(batch_size=8, num_atoms=11, dueling=True, noisy=True,
-                           target_update_period=20)
+                           target_update_period=20, data=data)
   replay = PrioritizedFrameReplayBuffer(
       transition_example(obs_space, action_space), 400, seed=0, alpha=0.5)
-  config = TrainerConfig(max_opts=20, warmup_period=100, n_step=3, reward_clip=1.0,
-                         replay_capacity=400,
-                         updates_per_call=2, eval_interval=0, record_interval=0,
-                         save_interval=0, progress=False, duration=600)  # a safety net only
-  summary, stats = ja.train_async(
-      DQN, agent_config, factory, config,
-      ja.AsyncConfig(num_actors=1, envs_per_actor=2, chunk_steps=8, sync_interval=4),
-      replay=replay)
+  config = RunConfig(max_opts=20, updates_per_call=2, eval_interval=0, record_interval=0,
+                     save_interval=0, progress=False, duration=600)  # a safety net only
+  agent_factory = functools.partial(DQN, agent_config, obs_space, action_space, factory.env_id)
+  trainer = Trainer(agent_factory(), factory, config,
+                    ActorsConfig(mode="process", num_actors=1, num_envs=2, chunk_steps=8,
+                                 sync_interval=4),
+                    replay=replay, agent_factory=agent_factory)
+  summary, stats = trainer.train(), trainer.actor_stats
   assert summary["opt_steps"] == 20  # stopped by max_opts
   assert stats[0].env_steps >= 50 and stats[0].restarts == 0
   assert replay.added_total >= 100

@@ -1,6 +1,6 @@
 """The agent contract, end to end: every agent x {sync, async thread, async process} runs a few
-hundred steps on a tiny env; the batches its update sees have the shapes its ``DataSpec``
-promises, params versions flow back to the actors, and nothing is left running.
+hundred steps on a tiny env; the batches its update sees have the shapes its data pipeline
+(``agent.data``) promises, params versions flow back to the actors, and nothing is left running.
 
 A new agent adds a row to ``contract_agents.factories()`` (and names its env in
 ``contract_agents.env_factory`` when it needs continuous actions).
@@ -16,6 +16,7 @@ import pytest
 import contract_agents
 import jaxasync as ja
 from helpers import assert_no_strays
+from jaxasync.types import transition_example
 
 MODES = ["sync", "thread", "process"]
 
@@ -23,15 +24,14 @@ MODES = ["sync", "thread", "process"]
 def _run(name: str, mode: str):
   factory = contract_agents.factories()[name]
   agent = factory()
-  config = ja.TrainerConfig(max_opts=64, warmup_period=64, updates_per_call=2, num_envs=3,
-                            eval_interval=32, eval_episodes=2, record_interval=16,
-                            replay_capacity=2_000, progress=False, seed=0)
-  async_config = None if mode == "sync" else ja.AsyncConfig(
-      actor_mode=mode, num_actors=2, envs_per_actor=3, chunk_steps=5, queue_size=4,
-      sync_interval=4, samples_per_insert=None)
-  trainer = ja.Trainer(agent, contract_agents.env_factory(name), config,
-                       recorder=ja.MemoryRecorder(), async_config=async_config,
-                       agent_factory=factory)
+  # (The replay agents' warmup_period=64 and replay_capacity=2_000 are their configs' data:
+  # contract_agents.factories.)
+  run = ja.RunConfig(max_opts=64, updates_per_call=2, eval_interval=32, eval_episodes=2,
+                     record_interval=16, progress=False, seed=0)
+  actors = ja.ActorsConfig(num_envs=3) if mode == "sync" else ja.ActorsConfig(
+      mode=mode, num_actors=2, num_envs=3, chunk_steps=5, queue_size=4, sync_interval=4)
+  trainer = ja.Trainer(agent, contract_agents.env_factory(name), run, actors,
+                       recorder=ja.MemoryRecorder(), agent_factory=factory)
   contract_agents.SHAPES.clear()
   summary = trainer.train()
   return agent, trainer, summary
@@ -46,11 +46,11 @@ def test_agent_contract(name, mode):
   assert summary["error"] is None and summary["opt_steps"] == 64
   assert summary["env_steps"] > 0 and summary["evals"]
   assert np.isfinite(summary["final_eval_reward"])
-  # The batches had the DataSpec's shapes: [k, N, ...] transitions, [k, T+1, N * B, ...] unrolls.
+  # The batches had the data pipeline's shapes: [k, N, ...] transitions, [k, T+1, N * B, ...] unrolls.
   k, n = 2, agent.batch_size
   assert len(contract_agents.SHAPES) == 64 // k
   shapes = contract_agents.SHAPES[0]
-  if agent.data.collector == "transitions":
+  if isinstance(agent.data, ja.ReplayConfig):
     action_shape = agent.action_space.shape  # () for Discrete, (1,) for the Box
     assert shapes.obs == (k, n, 2) and shapes.action == (k, n, *action_shape)
     assert shapes.reward == (k, n)
@@ -87,16 +87,24 @@ def test_an_incomplete_agent_fails_at_construction_with_the_missing_member():
 
 def test_a_non_agent_is_refused_with_the_fix():
   with pytest.raises(ja.ConfigError, match="subclass jaxasync.Agent"):
-    ja.Trainer(object(), contract_agents.TinyEnvFactory(), ja.TrainerConfig())
+    ja.Trainer(object(), contract_agents.TinyEnvFactory(), ja.RunConfig())
 
 
-@pytest.mark.parametrize("data, message", [
-    (ja.DataSpec(collector="transitions", source="queue"), "transitions from a replay"),
-    (ja.DataSpec(collector="unrolls", source="replay", unroll_length=4), "unrolls from a queue"),
-    (ja.DataSpec(collector="unrolls", source="queue", unroll_length=0), "unroll_length must be"),
+def _replay_for(agent):
+  return ja.ReplayBuffer(transition_example(agent.obs_space, agent.action_space, None), 100, 0)
+
+
+# (Before the pipelines, agent.data was a DataSpec naming a collector and a source, and the two
+# mismatching pairs were refused. A pipeline pairs them by construction: what is left to refuse
+# is data that is no pipeline, and a replay handed to an agent that learns from unrolls.)
+@pytest.mark.parametrize("data, replay, message", [
+    (("transitions", "queue"), False, "jaxasync.pipeline data pipeline"),
+    (ja.UnrollConfig(unroll_length=4), True, "takes no replay"),
+    (ja.UnrollConfig(unroll_length=0), False, "unroll_length must be"),
 ])
-def test_an_unservable_data_spec_is_refused_before_anything_runs(data, message):
+def test_an_unservable_data_spec_is_refused_before_anything_runs(data, replay, message):
   agent = contract_agents.factories()["linear_pg"]()
   agent.data = data
   with pytest.raises(ja.ConfigError, match=message):
-    ja.Trainer(agent, contract_agents.TinyEnvFactory(), ja.TrainerConfig(progress=False))
+    ja.Trainer(agent, contract_agents.TinyEnvFactory(), ja.RunConfig(progress=False),
+               replay=_replay_for(agent) if replay else None)

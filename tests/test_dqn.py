@@ -493,7 +493,7 @@ def test_discrete_observation_space_is_rejected():
     (dict(num_q_networks=0), "num_q_networks must be >= 1"),
     (dict(num_q_networks=2, num_atoms=11), "no such minimum"),
     (dict(munchausen=True, munchausen_tau=0.0), "need munchausen_tau > 0"),
-    (dict(munchausen=True, num_atoms=11), "expected-Q heads.*--agent.no-munchausen"),
+    (dict(munchausen=True, num_atoms=11), "expected-Q heads.*set munchausen=False"),
 ])
 def test_bad_config_is_rejected(config, message):
   with pytest.raises(ConfigError, match=message):

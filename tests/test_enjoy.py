@@ -20,10 +20,10 @@ import ppo
 import sac
 
 RUNS = {  # short lock-step runs, a few seconds each
-    "dqn": (dqn, ["--max-opts", "200", "--warmup-period", "200", "--eval-interval", "100",
+    "dqn": (dqn, ["--max-opts", "200", "--agent.warmup-period", "200", "--eval-interval", "100",
                   "--agent.hidden-sizes", "16"]),
     "ppo": (ppo, ["--max-env-steps", "2560", "--eval-interval", "5"]),
-    "sac": (sac, ["--max-opts", "200", "--max-env-steps", "400", "--warmup-period", "200",
+    "sac": (sac, ["--max-opts", "200", "--max-env-steps", "400", "--agent.warmup-period", "200",
                   "--eval-interval", "100", "--eval-episodes", "2"]),
 }
 

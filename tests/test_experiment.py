@@ -15,7 +15,7 @@ import dqn  # experiments/dqn.py (experiments/ is on pytest's pythonpath)
 import ppo  # experiments/ppo.py
 
 # A short lock-step DQN run: 200 SGD steps, checkpoints every 100, no evaluation.
-SHORT = ["--mode", "sync", "--no-progress", "--max-opts", "200", "--warmup-period", "200",
+SHORT = ["--mode", "sync", "--no-progress", "--max-opts", "200", "--agent.warmup-period", "200",
          "--eval-interval", "0", "--save-interval", "100", "--agent.hidden-sizes", "16"]
 
 
@@ -25,37 +25,45 @@ def _dqn(logdir, *flags) -> dict:
 
 def test_flag_and_field_spellings():
   assert experiment.flag("agent.learning_rate") == "--agent.learning-rate"
-  assert experiment.flag("async_.num_actors") == "--async.num-actors"
+  assert experiment.flag("actors.num_actors") == "--num-actors"
+  assert experiment.flag("run.max_opts") == "--max-opts"
+  assert experiment.flag("agent.data.n_step") == "--agent.n-step"
   assert experiment.flag("env_id") == "--env-id"
+  fields = experiment.flat_settings(dqn.Args())
   for spelt in ("agent.learning_rate", "--agent.learning-rate", "agent.learning-rate"):
-    assert experiment.field_name(spelt) == "agent.learning_rate"
-  assert experiment.field_name("async.num-actors") == "async_.num_actors"
+    assert experiment.field_name(spelt, fields) == "agent.learning_rate"
+  for spelt in ("--num-actors", "num-actors", "actors.num_actors"):
+    assert experiment.field_name(spelt, fields) == "actors.num_actors"
+  for spelt in ("--agent.n-step", "agent.data.n_step"):
+    assert experiment.field_name(spelt, fields) == "agent.data.n_step"
 
 
 def test_flat_settings_nest_and_round_trip_through_json():
-  args = tyro.cli(ppo.Args, args=["--agent.hidden-sizes", "32", "32", "--async.num-actors", "2"])
+  args = tyro.cli(ppo.Args, args=["--agent.hidden-sizes", "32", "32", "--num-actors", "2"])
   flat = experiment.flat_settings(args)
   assert flat["agent.hidden_sizes"] == [32, 32]  # a tuple, as JSON gives it back
-  assert flat["async_.num_actors"] == 2
+  assert flat["actors.num_actors"] == 2
   assert flat["agent.gamma"] == 0.98 and flat["env_id"] == "CartPole-v1"
   assert flat == json.loads(json.dumps(flat))
 
 
 def test_resume_changes_sorts_refused_from_applied():
-  saved = {"env_id": "CartPole-v1", "agent.learning_rate": 1e-3, "max_opts": 100, "seed": 0,
-           "async_.num_actors": 1, "resume": False, "agent.hidden_sizes": [64, 64]}
-  now = dict(saved, env_id="CartPole-v0", **{"agent.learning_rate": 0.1}, max_opts=500,
-             resume=True, **{"async_.num_actors": 3, "agent.hidden_sizes": [32]})
+  saved = {"env_id": "CartPole-v1", "agent.learning_rate": 1e-3, "run.max_opts": 100,
+           "run.seed": 0, "actors.num_actors": 1, "resume": False,
+           "agent.hidden_sizes": [64, 64]}
+  now = dict(saved, env_id="CartPole-v0", resume=True,
+             **{"agent.learning_rate": 0.1, "run.max_opts": 500, "actors.num_actors": 3,
+                "agent.hidden_sizes": [32]})
   refused, applied = experiment.resume_changes(saved, now)
   assert refused == ["--agent.hidden-sizes 32 (was 64 64)",
                      "--agent.learning-rate 0.1 (was 0.001)", "--env-id CartPole-v0 (was CartPole-v1)"]
-  assert applied == ["--async.num-actors 3 (was 1)", "--max-opts 500 (was 100)"]  # resume: not compared
+  assert applied == ["--num-actors 3 (was 1)", "--max-opts 500 (was 100)"]  # resume: not compared
   refused, applied = experiment.resume_changes(saved, now, ("--agent.learning-rate", "agent"))
   assert refused == ["--env-id CartPole-v0 (was CartPole-v1)"]
   assert len(applied) == 4
   # A setting the saved config predates is applied, not refused: its old value is unknown.
-  assert experiment.resume_changes(saved, {**saved, "n_step": 3}) == (
-      [], ["--n-step 3 (not in the saved config)"])
+  assert experiment.resume_changes(saved, {**saved, "agent.data.n_step": 3}) == (
+      [], ["--agent.n-step 3 (not in the saved config)"])
 
 
 def test_the_run_saves_its_flags_and_a_changed_resume_is_refused_in_one_line(tmp_path):
@@ -67,9 +75,11 @@ def test_the_run_saves_its_flags_and_a_changed_resume_is_refused_in_one_line(tmp
   assert record["settings"]["agent.learning_rate"] == 1e-3
   # Each of these trained on silently before (issue 30), or failed as a "damaged checkpoint".
   for flags, named in [(["--env-id", "CartPole-v0"], "--env-id CartPole-v0 (was CartPole-v1)"),
-                       (["--agent.learning-rate", "0.1", "--gamma", "0.5"],
-                        "--agent.learning-rate 0.1 (was 0.001); --gamma 0.5 (was 0.99)"),
-                       (["--n-step", "1"], "--n-step 1 (was 5)"),
+                       # (listed in the order of the fields' dotted names: agent.data.gamma
+                       # before agent.learning_rate)
+                       (["--agent.learning-rate", "0.1", "--agent.gamma", "0.5"],
+                        "--agent.gamma 0.5 (was 0.99); --agent.learning-rate 0.1 (was 0.001)"),
+                       (["--agent.n-step", "1"], "--agent.n-step 1 (was 5)"),
                        (["--agent.no-munchausen"], "--agent.munchausen False (was True)"),
                        (["--agent.hidden-sizes", "32", "32"], "--agent.hidden-sizes 32 32 (was 16)")]:
     with pytest.raises(ja.ConfigError) as e:
@@ -93,7 +103,7 @@ def test_allowed_and_safe_changes_are_applied_and_saved(tmp_path, capsys):
   assert ("resume: applying --agent.learning-rate 0.0005 (was 0.001); --max-opts 300 (was 200); "
           "--agent.learning-rate-decay-steps 300 (was 200, following the changes above)" in out)
   settings = json.loads((logdir / "config.json").read_text())["settings"]
-  assert settings["agent.learning_rate"] == 5e-4 and settings["max_opts"] == 300
+  assert settings["agent.learning_rate"] == 5e-4 and settings["run.max_opts"] == 300
 
 
 def test_resume_from_compares_with_the_checkpoints_run(tmp_path, caplog):
@@ -107,7 +117,7 @@ def test_resume_from_compares_with_the_checkpoints_run(tmp_path, caplog):
   assert f"resuming from {tmp_path / 'a' / '100'} (SGD step 100" in caplog.text
   assert summary["opt_steps"] == 300
   saved = json.loads((tmp_path / "b" / "config.json").read_text())["settings"]
-  assert saved["max_opts"] == 300 and saved["logdir"] == str(tmp_path / "b")
+  assert saved["run.max_opts"] == 300 and saved["run.logdir"] == str(tmp_path / "b")
 
 
 def test_a_resume_that_cannot_load_keeps_the_saved_config(tmp_path):

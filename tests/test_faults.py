@@ -5,11 +5,13 @@ Every test here is bounded in time: a run that would hang fails the test instead
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import signal
 import threading
 import time
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -19,22 +21,41 @@ import jaxasync as ja
 CARTPOLE = ja.EnvFactory("CartPole-v1")
 
 
-def _config(**kw) -> ja.TrainerConfig:
+REPLAY_FIELDS = {f.name for f in dataclasses.fields(ja.ReplayConfig)}
+
+
+class _Settings(NamedTuple):
+  run: ja.RunConfig
+  data: ja.ReplayConfig  # the agent's replay settings (its config's data)
+
+
+def _config(**kw) -> _Settings:
+  """The run's settings, and the replay's (warmup_period, replay_capacity...) for the agent."""
   base = dict(max_opts=10**9, warmup_period=256, eval_interval=0, record_interval=100,
               updates_per_call=4, progress=False, seed=0, replay_capacity=20_000)
   base.update(kw)
-  return ja.TrainerConfig(**base)
+  data = {k: base.pop(k) for k in list(base) if k in REPLAY_FIELDS}
+  return _Settings(ja.RunConfig(**base), ja.ReplayConfig(**data))
 
 
-def _trainer(env=CARTPOLE, config=None, agent_config=None, **async_kw):
+def _dqn(data: ja.ReplayConfig, **config) -> ja.DQN:
+  return ja.DQN(ja.DQNConfig(**{"batch_size": 32, **config}, data=data),
+                *ja.envs.spaces_of(CARTPOLE))
+
+
+def _trainer(env=CARTPOLE, config=None, agent_config=None, **actors_kw):
   obs_space, action_space = ja.envs.spaces_of(CARTPOLE)
-  factory = functools.partial(ja.DQN, agent_config or ja.DQNConfig(batch_size=32), obs_space,
-                              action_space)
-  base = dict(actor_mode="thread", num_actors=2, envs_per_actor=2, chunk_steps=4,
+  run, data = config or _config()
+  # (The replay ratio is the agent's replay's setting.)
+  data = dataclasses.replace(data, **{k: actors_kw.pop(k) for k in list(actors_kw)
+                                      if k in REPLAY_FIELDS})
+  agent_config = dataclasses.replace(agent_config or ja.DQNConfig(batch_size=32), data=data)
+  factory = functools.partial(ja.DQN, agent_config, obs_space, action_space)
+  base = dict(mode="thread", num_actors=2, num_envs=2, chunk_steps=4,
               sync_interval=8, queue_size=8)
-  base.update(async_kw)
-  return ja.AsyncTrainer(factory(), factory, env, config or _config(), ja.AsyncConfig(**base),
-                         recorder=ja.MemoryRecorder())
+  base.update(actors_kw)
+  return ja.Trainer(factory(), env, run, ja.ActorsConfig(**base), recorder=ja.MemoryRecorder(),
+                    agent_factory=factory)
 
 
 def _train_bounded(trainer, limit: float):
@@ -62,7 +83,7 @@ def test_killing_process_actors_mid_write_keeps_training():
   blocks on a torn chunk, restarted actors get channels of their own, and env steps and SGD
   steps keep moving after the last kill (the samples-per-insert limiter makes SGD steps
   depend on fresh chunks). ca43e14's shared multiprocessing queue hung or stalled here."""
-  trainer = _trainer(actor_mode="process", num_actors=2, envs_per_actor=8, chunk_steps=120,
+  trainer = _trainer(mode="process", num_actors=2, num_envs=8, chunk_steps=120,
                      queue_size=2, max_restarts=100, samples_per_insert=4.0,
                      config=_config(duration=100, warmup_period=2_000))
   marks = {}
@@ -87,7 +108,7 @@ def test_killing_process_actors_mid_write_keeps_training():
     while time.monotonic() < deadline and (trainer.env_steps < marks["env"] + 5_000
                                            or trainer.learner.opt_steps < marks["opt"] + 400):
       time.sleep(0.1)
-    trainer.run_state.request_stop()
+    trainer.ledger.request_stop()
 
   k = threading.Thread(target=killer, daemon=True)
   k.start()
@@ -116,15 +137,17 @@ def _assert_strict_json(path):
 def test_nan_stops_the_run_and_writes_no_nan_checkpoint(tmp_path, mode):
   from faulty_envs import NaNDQN
   obs_space, action_space = ja.envs.spaces_of(CARTPOLE)
-  factory = functools.partial(NaNDQN, ja.DQNConfig(batch_size=32), obs_space, action_space)
   # NaN from the 40th update call (SGD step 160); saves every 40 SGD steps before it.
-  config = _config(max_opts=2_000, duration=60, save_interval=40, eval_interval=40,
-                   record_interval=1_000, model_dir=str(tmp_path), eval_episodes=2)
+  run, data = _config(max_opts=2_000, duration=60, save_interval=40, eval_interval=40,
+                      record_interval=1_000, logdir=str(tmp_path), eval_episodes=2)
+  factory = functools.partial(NaNDQN, ja.DQNConfig(batch_size=32, data=data), obs_space,
+                              action_space)
   if mode == "sync":
-    trainer = ja.Trainer(factory(), CARTPOLE, config)
+    trainer = ja.Trainer(factory(), CARTPOLE, run)
   else:
-    trainer = ja.AsyncTrainer(factory(), factory, CARTPOLE, config,
-                              ja.AsyncConfig(actor_mode="thread", envs_per_actor=2, chunk_steps=4))
+    trainer = ja.Trainer(factory(), CARTPOLE, run,
+                         ja.ActorsConfig(mode="thread", num_envs=2, chunk_steps=4),
+                         agent_factory=factory)
   t0 = time.monotonic()
   with pytest.raises(ja.NonFiniteError, match=r"NaN or infinite .* Lower the learning rate"):
     trainer.train()
@@ -143,10 +166,11 @@ def test_nan_stops_the_run_and_writes_no_nan_checkpoint(tmp_path, mode):
 
 def test_nan_priorities_stop_a_prioritized_run():
   obs_space, action_space = ja.envs.spaces_of(CARTPOLE)
-  agent = ja.DQN(ja.DQNConfig(batch_size=32, learning_rate=1e38), obs_space, action_space)
+  run, data = _config(max_opts=500, duration=60)
+  agent = _dqn(data, learning_rate=1e38)
   replay = ja.PrioritizedReplayBuffer(
       ja.types.transition_example(obs_space, action_space), 10_000)
-  trainer = ja.Trainer(agent, CARTPOLE, _config(max_opts=500, duration=60), replay=replay)
+  trainer = ja.Trainer(agent, CARTPOLE, run, replay=replay)
   with pytest.raises(ja.NonFiniteError, match="priorities"):
     trainer.train()
   assert trainer.learner.opt_steps < 100
@@ -204,8 +228,7 @@ def _wait_gone(pids, timeout: float) -> list[int]:
 
 def test_sigterm_saves_final_and_summary_and_leaves_no_process(tmp_path):
   logdir = tmp_path / "run"
-  proc = _start_dqn(logdir, "--mode", "async", "--async.actor-mode", "process",
-                    "--async.num-actors", "2")
+  proc = _start_dqn(logdir, "--mode", "process", "--num-actors", "2")
   children = _children(proc.pid)  # actors and the resource tracker
   assert len(children) >= 2
   proc.send_signal(signal.SIGTERM)
@@ -223,8 +246,7 @@ def test_sigterm_saves_final_and_summary_and_leaves_no_process(tmp_path):
 
 def test_actors_exit_when_the_trainer_is_killed(tmp_path):
   logdir = tmp_path / "run"
-  proc = _start_dqn(logdir, "--mode", "async", "--async.actor-mode", "process",
-                    "--async.num-actors", "2")
+  proc = _start_dqn(logdir, "--mode", "process", "--num-actors", "2")
   children = _children(proc.pid)
   assert len(children) >= 2
   proc.kill()  # SIGKILL: no cleanup runs in the trainer
@@ -237,11 +259,10 @@ def test_actors_exit_when_the_trainer_is_killed(tmp_path):
 
 # --- 4: runs that cannot train fail at once; stalls become warnings, then errors -------------
 def test_replay_smaller_than_one_update_call_is_refused():
-  obs_space, action_space = ja.envs.spaces_of(CARTPOLE)
-  agent = ja.DQN(ja.DQNConfig(batch_size=128), obs_space, action_space)
-  config = ja.TrainerConfig(replay_capacity=500, warmup_period=200, updates_per_call=4)
+  agent = _dqn(ja.ReplayConfig(replay_capacity=500, warmup_period=200), batch_size=128)
+  config = ja.RunConfig(updates_per_call=4)
   with pytest.raises(ja.ConfigError, match=r"replay capacity 500 is below updates_per_call x "
-                     r"batch_size = 4 x 128 = 512.*--replay-capacity"):
+                     r"batch_size = 4 x 128 = 512.*Raise replay_capacity"):
     ja.Trainer(agent, CARTPOLE, config)
 
 
@@ -251,10 +272,8 @@ def _stuck_config(**kw):
 
 def test_stuck_env_in_sync_mode_becomes_a_stall_error(tmp_path, caplog):
   from faulty_envs import HangingEnvFactory
-  obs_space, action_space = ja.envs.spaces_of(CARTPOLE)
-  agent = ja.DQN(ja.DQNConfig(batch_size=32), obs_space, action_space)
-  trainer = ja.Trainer(agent, HangingEnvFactory(steps=20), _stuck_config(model_dir=str(tmp_path)),
-                       eval_env_factory=CARTPOLE)
+  run, data = _stuck_config(logdir=str(tmp_path))
+  trainer = ja.Trainer(_dqn(data), HangingEnvFactory(steps=20), run, eval_env_factory=CARTPOLE)
   t0 = time.monotonic()
   with caplog.at_level("WARNING", logger="jaxasync"):
     with pytest.raises(ja.StallError, match=r"no progress for \d+ s.*stuck in: env.step"):
@@ -274,19 +293,19 @@ def test_stuck_actors_become_a_stall_error_naming_the_stage():
   assert wall < 20
 
 
-@pytest.mark.parametrize("actor_mode", ["thread", "process"])
-def test_a_short_run_whose_actors_hang_ends_in_a_stall_error(actor_mode):
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_a_short_run_whose_actors_hang_ends_in_a_stall_error(mode):
   """The default stall limits (warn 60 s, fail 300 s) cannot fire in a --duration 6 run: before,
   it ended with error None, as if it had only learnt nothing (issue 30). Now its end names the
   stage it was stuck in."""
   from faulty_envs import HangingEnvFactory
   config = _config(duration=6.0, stall_warning=60.0, stall_timeout=300.0)
-  trainer = _trainer(env=HangingEnvFactory(steps=10), num_actors=1, actor_mode=actor_mode,
+  trainer = _trainer(env=HangingEnvFactory(steps=10), num_actors=1, mode=mode,
                      config=config)
   out, wall = _train_bounded(trainer, 40)
   assert isinstance(out.get("error"), ja.StallError), out
   message = str(out["error"])
-  assert message.startswith("--duration 6 s ended a run that made no progress")
+  assert message.startswith("duration=6 s ended a run that made no progress")
   assert "stuck in: waiting for the actors' chunks" in message
   assert wall < 30
 
@@ -299,13 +318,11 @@ def test_a_short_run_that_moves_is_not_a_stall():
 
 def test_duration_is_honoured_by_a_stuck_sync_run():
   from faulty_envs import HangingEnvFactory
-  obs_space, action_space = ja.envs.spaces_of(CARTPOLE)
-  agent = ja.DQN(ja.DQNConfig(batch_size=32), obs_space, action_space)
   # No stall limits: only --duration (plus the watchdog's 10 s grace) ends it.
-  config = _config(duration=2.0, stall_warning=0, stall_timeout=0, warmup_period=200)
-  trainer = ja.Trainer(agent, HangingEnvFactory(steps=20), config, eval_env_factory=CARTPOLE)
+  run, data = _config(duration=2.0, stall_warning=0, stall_timeout=0, warmup_period=200)
+  trainer = ja.Trainer(_dqn(data), HangingEnvFactory(steps=20), run, eval_env_factory=CARTPOLE)
   t0 = time.monotonic()
-  with pytest.raises(ja.StallError, match="--duration 2 s passed"):
+  with pytest.raises(ja.StallError, match="duration=2 s passed"):
     trainer.train()
   assert time.monotonic() - t0 < 20
 
@@ -320,8 +337,9 @@ def _dqn_cli(*flags, timeout=120):
 
 def test_logdir_of_another_run_is_refused_unless_overwrite(tmp_path):
   logdir = tmp_path / "run"
-  flags = ["--mode", "sync", "--logdir", str(logdir), "--max-opts", "100", "--warmup-period",
-           "200", "--eval-interval", "0", "--save-interval", "20", "--keep-checkpoints", "2"]
+  flags = ["--mode", "sync", "--logdir", str(logdir), "--max-opts", "100",
+           "--agent.warmup-period", "200", "--eval-interval", "0", "--save-interval", "20",
+           "--keep-checkpoints", "2"]
   first = _dqn_cli(*flags)
   assert first.returncode == 0, first.stderr[-2000:]
   assert "best model: none (no evaluation ran)" in first.stdout  # no path that does not exist
@@ -330,7 +348,7 @@ def test_logdir_of_another_run_is_refused_unless_overwrite(tmp_path):
   again = _dqn_cli(*flags)
   assert again.returncode == 2
   assert again.stderr.strip().splitlines()[-1].startswith(
-      f"error: --logdir {logdir} already holds a run"), again.stderr[-2000:]
+      f"error: logdir={logdir} (--logdir) already holds a run"), again.stderr[-2000:]
   assert "Traceback" not in again.stderr
   events = sorted(p.name for p in logdir.iterdir() if p.name.startswith("events"))
   assert len(events) == 1  # nothing of the refused run was written
@@ -343,11 +361,11 @@ def test_logdir_of_another_run_is_refused_unless_overwrite(tmp_path):
 def test_library_refuses_a_model_dir_with_a_run_and_overwrite_clears_it(tmp_path):
   (tmp_path / "300").mkdir()
   (tmp_path / "summary.json").write_text("{}")
-  obs_space, action_space = ja.envs.spaces_of(CARTPOLE)
-  agent = ja.DQN(ja.DQNConfig(batch_size=32), obs_space, action_space)
-  with pytest.raises(ja.ConfigError, match="already holds a run .*--overwrite"):
-    ja.Trainer(agent, CARTPOLE, _config(model_dir=str(tmp_path)))
-  ja.Trainer(agent, CARTPOLE, _config(model_dir=str(tmp_path), overwrite=True))
+  run, data = _config(logdir=str(tmp_path))
+  agent = _dqn(data)
+  with pytest.raises(ja.ConfigError, match="already holds a run .*overwrite=True"):
+    ja.Trainer(agent, CARTPOLE, run)
+  ja.Trainer(agent, CARTPOLE, dataclasses.replace(run, overwrite=True))
   assert not (tmp_path / "300").exists() and not (tmp_path / "summary.json").exists()
 
 
@@ -396,13 +414,17 @@ def _dqn_module():
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--agent.learning-rate", "-1e-3"], "learning_rate must be a finite number > 0, got -0.001"),
-    (["--agent.learning-rate", "nan"], "learning_rate must be a finite number > 0, got nan"),
-    (["--eval-episodes", "0"], "--eval-episodes 1 or more"),
-    (["--eval-interval", "-5"], "eval_interval must be >= 0 SGD steps"),
+    # (The library's errors name fields; the script adds each one's flag.)
+    (["--agent.learning-rate", "-1e-3"],
+     r"learning_rate \(--agent.learning-rate\) must be a finite number > 0, got -0.001"),
+    (["--agent.learning-rate", "nan"],
+     r"learning_rate \(--agent.learning-rate\) must be a finite number > 0, got nan"),
+    (["--eval-episodes", "0"], r"eval_episodes \(--eval-episodes\) must be >= 1, got 0"),
+    (["--eval-interval", "-5"], r"eval_interval \(--eval-interval\) must be >= 0 SGD steps"),
     (["--agent.torso", "nature_cnn"], r"torso 'nature_cnn' needs image observations"),
     (["--eval-env-id", "Acrobot-v1"], r"evaluation env \(Acrobot-v1\) has observations \(6,\)"),
-    (["--replay-capacity", "500", "--warmup-period", "200"], "replay capacity 500 is below"),
+    (["--agent.replay-capacity", "500", "--agent.warmup-period", "200"],
+     "replay capacity 500 is below"),
 ])
 def test_bad_input_is_a_config_error_at_start(tmp_path, flags, message):
   import tyro

@@ -170,7 +170,7 @@ def test_sac_records_critic_q_stats_and_grad_norms():
 
 # --- the overestimation warning ------------------------------------------------------------------
 def _ledger(tmp_path=None) -> RunLedger:
-  config = ja.TrainerConfig(progress=False, model_dir=None if tmp_path is None else str(tmp_path))
+  config = ja.RunConfig(progress=False, logdir=None if tmp_path is None else str(tmp_path))
   agent = ja.DQN(ja.DQNConfig(), *ja.envs.spaces_of(ja.EnvFactory("CartPole-v1")))
   learner = types.SimpleNamespace(agent=agent, opt_steps=0)
   return RunLedger(config, learner, NullRecorder())
@@ -216,7 +216,7 @@ def test_the_warning_fires_once_after_three_records_in_a_row(tmp_path, caplog):
   message = ledger.warnings[0]
   assert caplog.records[0].getMessage() == message and "\n" not in message
   for part in (f"SGD step {third}", f"env step {4 * third}", "q_max 120", "q_bound 100",
-               "overestimation", "collapse", "--agent.layer-norm", "learning rate"):
+               "overestimation", "collapse", "layer_norm=True", "learning rate"):
     assert part in message, (part, message)
   # The health series: one entry per record, with the record's figures (not fps).
   assert len(ledger.health) == 15
@@ -247,13 +247,15 @@ def test_the_watch_survives_a_resume():
 def short_run(tmp_path_factory):
   model_dir = tmp_path_factory.mktemp("health_run")
   env = ja.EnvFactory("CartPole-v1")
-  agent = ja.DQN(ja.DQNConfig(hidden_sizes=(32,), batch_size=32), *ja.envs.spaces_of(env),
-                 env_id="CartPole-v1")
+  agent = ja.DQN(ja.DQNConfig(hidden_sizes=(32,), batch_size=32,
+                              data=ja.ReplayConfig(warmup_period=200, replay_capacity=10_000)),
+                 *ja.envs.spaces_of(env), env_id="CartPole-v1")
   recorder = ja.MemoryRecorder()
-  config = ja.TrainerConfig(max_opts=200, eval_interval=100, record_interval=50,
-                            warmup_period=200, num_envs=4, updates_per_call=4, eval_episodes=2,
-                            replay_capacity=10_000, model_dir=str(model_dir), progress=False)
-  summary = ja.Trainer(agent, env, config, recorder=recorder).train()
+  config = ja.RunConfig(max_opts=200, eval_interval=100, record_interval=50,
+                        updates_per_call=4, eval_episodes=2, logdir=str(model_dir),
+                        progress=False)
+  summary = ja.Trainer(agent, env, config, ja.ActorsConfig(num_envs=4),
+                       recorder=recorder).train()
   return summary, recorder, model_dir
 
 

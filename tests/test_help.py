@@ -32,12 +32,13 @@ AGENT_FLAGS = {
     "experiments/dqn.py": ("--agent.v-min", "--agent.eps-decay-steps", "--agent.apex-alpha"),
     "experiments/rainbow.py": ("--v-min", "--eps-decay-steps", "--apex-alpha"),
     "experiments/sac.py": ("--agent.tau", "--agent.policy-delay", "--agent.target-entropy"),
-    "experiments/impala.py": ("--agent.vtrace-lambda", "--agent.gamma", "--max-policy-lag"),
+    "experiments/impala.py": ("--agent.vtrace-lambda", "--agent.gamma", "--agent.max-policy-lag"),
     "experiments/ppo.py": ("--agent.gae-lambda", "--agent.num-epochs", "--agent.gamma"),
 }
-# The replay's and the n-step return's flags, which on-policy scripts hide (no replay; the
-# agent's own --agent.gamma is the discount).
-REPLAY_FLAGS = ("--gamma", "--warmup-period", "--n-step", "--replay-capacity")
+# The replay's and the n-step return's flags (the agent's data: "--agent." prefixed but for
+# rainbow.py's), which on-policy scripts do not have (no replay; their agent's own
+# --agent.gamma is the discount).
+REPLAY_FLAGS = ("gamma", "warmup-period", "n-step", "replay-capacity")
 OPTION = re.compile(r"^ (-[-\w.]+)")  # an option's first row: one space of padding, then the flag
 
 
@@ -92,12 +93,14 @@ def parse_options(text: str) -> dict[str, tuple[str, str]]:
 def test_every_option_is_described(helps, script):
   options = parse_options(helps[script])
   assert len(options) > 50, f"only {len(options)} options parsed from:\n{helps[script]}"
-  replay_flags = () if script in ON_POLICY else REPLAY_FLAGS
+  prefix = "--" if script.endswith("rainbow.py") else "--agent."
+  replay_flags = () if script in ON_POLICY else tuple(prefix + f for f in REPLAY_FLAGS)
   for flag in ("--seed", "--max-opts", "--eval-interval", *replay_flags, *AGENT_FLAGS[script],
-               "--async.max-restarts", "--async.inference-device"):
+               "--max-restarts", "--inference-device"):
     assert flag in options, f"{flag} not found in {script} --help"
   if script in ON_POLICY:
-    shown = [flag for flag in REPLAY_FLAGS if flag in options]
+    hidden = {p + f for p in ("--", "--agent.") for f in REPLAY_FLAGS} - {"--agent.gamma"}
+    shown = [flag for flag in sorted(hidden) if flag in options]
     assert not shown, f"{script} --help shows replay flags it ignores: {shown}"
   undescribed = [flag for flag, (_, description) in options.items()
                  if not description.rsplit("(default:", 1)[0].strip()]
@@ -115,8 +118,8 @@ def test_string_choices_are_listed(helps, script):
   options = parse_options(helps[script])
   prefix = "--" if script.endswith("rainbow.py") else "--agent."
   expected = {f"{prefix}torso": "{auto,mlp,nature_cnn,minatar_cnn}",
-              "--async.actor-mode": "{thread,process,ray}",
-              "--async.inference-device": "{default,cpu}"}
+              "--mode": "{auto,sync,thread,process,ray}",
+              "--inference-device": "{default,cpu}"}
   if script.endswith(("dqn.py", "rainbow.py")):
     expected[f"{prefix}exploration"] = "{schedule,apex}"
   for flag, choices in expected.items():

@@ -142,13 +142,17 @@ def test_rainbow_minatar_preset_runs_end_to_end(tmp_path):
   args = rb.parse(["--preset", "minatar"])
   a = args.agent
   assert (a.learning_rate, a.adam_eps, a.batch_size, a.num_atoms) == (1e-4, 3.125e-4, 32, 51)
-  assert (a.v_min, a.v_max, a.noisy, a.dueling, args.reward_clip) == (-100.0, 100.0, True, True, 0)
-  assert (args.n_step, args.replay_capacity, args.warmup_period, args.opt_interval) == (
+  d = a.data
+  assert (a.v_min, a.v_max, a.noisy, a.dueling, d.reward_clip) == (-100.0, 100.0, True, True, 0)
+  assert (d.n_step, d.replay_capacity, d.warmup_period, d.opt_interval) == (
       3, 100_000, 1_000, 4.0)
-  assert a.target_update_period * args.opt_interval == 1_000  # env steps per target copy
+  assert a.target_update_period * d.opt_interval == 1_000  # env steps per target copy
   args = dataclasses.replace(
-      args, mode="sync", max_opts=40, warmup_period=200, replay_capacity=500, eval_interval=20,
-      eval_episodes=1, save_interval=0, progress=False, logdir=str(tmp_path))
+      args, actors=dataclasses.replace(args.actors, mode="sync"),
+      run=dataclasses.replace(args.run, max_opts=40, eval_interval=20, eval_episodes=1,
+                              save_interval=0, progress=False, logdir=str(tmp_path)),
+      agent=dataclasses.replace(a, data=dataclasses.replace(d, warmup_period=200,
+                                                            replay_capacity=500)))
   summary = rb.main(args)
   assert summary["opt_steps"] == 40
   assert summary["env_steps"] >= 200 + 4 * 40 - 16  # warm-up, then 4 env steps per SGD step

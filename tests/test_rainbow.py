@@ -13,7 +13,7 @@ from helpers import BOX4, rainbow_module
 from helpers import host as _host
 from helpers import random_batch as _random_batch
 
-from jaxasync import DQN, ConfigError, DQNConfig, restore_checkpoint, save_checkpoint
+from jaxasync import DQN, ConfigError, DQNConfig, ReplayBuffer, restore_checkpoint, save_checkpoint
 from jaxasync.agents.q_network import (NoisyDense, QNetwork, factorized_noise,
                                        factorized_noise_scale)
 
@@ -265,9 +265,9 @@ def test_rainbow_cartpole_preset_has_every_component():
   a = args.agent
   assert args.preset == "cartpole" and args.env_id == "CartPole-v1"
   assert a.noisy and a.dueling and a.double_q and a.num_atoms > 1 and a.noisy_sigma0 == 0.5
-  assert a.v_min == 0.0 and a.v_max >= 1 / (1 - args.gamma) - 1e-6
-  assert args.n_step == 3 and args.prioritized
-  assert (args.priority_alpha, args.priority_beta) == (0.5, 0.4)
+  assert a.v_min == 0.0 and a.v_max >= 1 / (1 - a.data.gamma) - 1e-6
+  assert a.data.n_step == 3 and a.data.prioritized
+  assert (a.data.priority_alpha, a.data.priority_beta) == (0.5, 0.4)
 
 
 def test_rainbow_flags_switch_components_off():
@@ -275,11 +275,13 @@ def test_rainbow_flags_switch_components_off():
   args = rb.parse(["--no-noisy", "--n-step", "1", "--no-dueling", "--num-atoms", "1",
                    "--no-prioritized", "--no-double-q", "--mode", "sync"])
   a = args.agent
-  assert not (a.noisy or a.dueling or a.double_q or args.prioritized)
-  assert a.num_atoms == 1 and args.n_step == 1 and args.mode == "sync"
+  assert not (a.noisy or a.dueling or a.double_q or a.data.prioritized)
+  assert a.num_atoms == 1 and a.data.n_step == 1 and args.actors.mode == "sync"
   assert rb.components(args) == "none (plain DQN)"
   agent = DQN(a, BOX4, gym.spaces.Discrete(2))
-  assert rb.make_replay(args, agent) is None
+  # (The replay comes from the agent's data now: the plain uniform one, as the trainer's
+  # default was when rainbow.make_replay returned None.)
+  assert type(agent.data.make_replay(agent, 0)) is ReplayBuffer
   assert agent.epsilon(0) == 1.0  # epsilon-greedy is back without noisy nets
 
 
@@ -288,12 +290,13 @@ def test_rainbow_atari_preset():
   args = rb.parse(["--preset", "atari"])
   a = args.agent
   assert (a.learning_rate, a.adam_eps, a.batch_size, a.num_atoms) == (6.25e-5, 1.5e-4, 32, 51)
-  assert (a.v_min, a.v_max, args.reward_clip) == (-10.0, 10.0, 1.0)
-  assert (args.n_step, args.gamma, args.replay_capacity, args.warmup_period) == (
+  d = a.data
+  assert (a.v_min, a.v_max, d.reward_clip) == (-10.0, 10.0, 1.0)
+  assert (d.n_step, d.gamma, d.replay_capacity, d.warmup_period) == (
       3, 0.99, 1_000_000, 20_000)
-  assert args.opt_interval == 4.0
-  assert a.target_update_period * args.opt_interval * 4 == 32_000  # frames, 4 per env step
-  assert (args.priority_alpha, args.priority_beta) == (0.5, 0.4)
+  assert d.opt_interval == 4.0
+  assert a.target_update_period * d.opt_interval * 4 == 32_000  # frames, 4 per env step
+  assert (d.priority_alpha, d.priority_beta) == (0.5, 0.4)
   # A flag after the preset overrides it.
   assert rb.parse(["--preset", "atari", "--learning-rate", "1e-4"]).agent.learning_rate == 1e-4
   pytest.importorskip("ale_py")
@@ -302,7 +305,7 @@ def test_rainbow_atari_preset():
   env, eval_env = rb.atari_factories(args)
   assert env.env_id == "ALE/Pong-v5" and not eval_env.episodic_life
   agent = DQN(a, *spaces_of(env), env.env_id)
-  replay = rb.make_replay(dataclasses.replace(args, replay_capacity=1000), agent)
+  replay = dataclasses.replace(a.data, replay_capacity=1000).make_replay(agent, args.run.seed)
   assert isinstance(replay, PrioritizedFrameReplayBuffer)
 
 

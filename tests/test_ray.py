@@ -1,4 +1,4 @@
-"""Ray actors (``AsyncConfig(actor_mode="ray")``): a local Ray instance through the experiment
+"""Ray actors (``ActorsConfig(mode="ray")``): a local Ray instance through the experiment
 script, and a simulated cluster on this machine (a head without CPUs and two worker nodes)
 that loses a worker node mid-run."""
 
@@ -32,12 +32,12 @@ def _ray_processes() -> set[int]:
 
 @pytest.mark.slow
 def test_experiment_with_ray_actors_on_a_local_instance(tmp_path):
-  """``experiments/dqn.py --async.actor-mode ray`` starts a local Ray instance (token
+  """``experiments/dqn.py --mode ray`` starts a local Ray instance (token
   authentication on, as Ray sets it), trains, and leaves no Ray process behind."""
   before = _ray_processes()
   logdir = tmp_path / "run"
-  out = subprocess.run([sys.executable, "experiments/dqn.py", "--async.actor-mode", "ray",
-                        "--async.num-actors", "2", "--max-opts", "3000", "--eval-interval", "0",
+  out = subprocess.run([sys.executable, "experiments/dqn.py", "--mode", "ray",
+                        "--num-actors", "2", "--max-opts", "3000", "--eval-interval", "0",
                         "--no-progress", "--logdir", str(logdir)],
                        cwd=REPO, capture_output=True, text=True, timeout=300)
   assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -66,12 +66,13 @@ def cluster():
   cluster.shutdown()
 
 
-def _trainer(env, config, hooks=(), **async_kw) -> ja.Trainer:
+def _trainer(env, config, hooks=(), data=None, **actors_kw) -> ja.Trainer:
+  """``data``: the agent's replay settings (``ReplayConfig`` fields) beside the replay ratio."""
   obs_space, action_space = ja.envs.spaces_of(CARTPOLE)
-  factory = functools.partial(ja.DQN, ja.DQNConfig(), obs_space, action_space)
-  ac = ja.AsyncConfig(actor_mode="ray", envs_per_actor=4, samples_per_insert=64.0,
-                      sync_interval=10, **async_kw)
-  return ja.Trainer(factory(), env, config, async_config=ac, agent_factory=factory,
+  agent_config = ja.DQNConfig(data=ja.ReplayConfig(samples_per_insert=64.0, **(data or {})))
+  factory = functools.partial(ja.DQN, agent_config, obs_space, action_space)
+  ac = ja.ActorsConfig(mode="ray", num_envs=4, sync_interval=10, **actors_kw)
+  return ja.Trainer(factory(), env, config, ac, agent_factory=factory,
                     eval_env_factory=CARTPOLE, hooks=hooks)
 
 
@@ -100,7 +101,7 @@ def test_ray_actors_learn_cartpole_while_a_worker_node_is_removed(cluster):
     if "nodes_after" in events and loop.ledger.best_eval_reward >= 475:
       loop.ledger.request_stop()
 
-  config = ja.TrainerConfig(max_opts=50_000, progress=False, seed=0)
+  config = ja.RunConfig(max_opts=50_000, progress=False, seed=0)
   trainer = _trainer(CARTPOLE, config, num_actors=2,
                      hooks=[ja.Hook(2000, remove_a_node),
                             ja.Hook(250, where_after_then_stop_when_solved)])
@@ -115,17 +116,17 @@ def test_ray_actors_learn_cartpole_while_a_worker_node_is_removed(cluster):
   # Every env step ingested was delivered once; what was delivered and not ingested is at most
   # the bounded queue's chunks left at the stop.
   delivered = sum(s.env_steps for s in trainer.actor_stats)
-  ac = trainer.async_config
-  assert 0 <= delivered - trainer.loop.env_steps <= ac.queue_size * ac.chunk_steps * ac.envs_per_actor
+  ac = trainer.actors
+  assert 0 <= delivered - trainer.loop.env_steps <= ac.queue_size * ac.chunk_steps * ac.num_envs
   assert summary["best_eval_reward"] >= 475, [round(e["eval_reward"]) for e in summary["evals"]]
 
 
 @pytest.mark.slow
 def test_a_failing_env_restarts_the_ray_actor_then_fails_the_run(cluster):
   before = {t.ident for t in threading.enumerate()}
-  config = ja.TrainerConfig(max_opts=100_000, warmup_period=200, eval_interval=0,
-                            progress=False, duration=120)
-  trainer = _trainer(RaisingEnvFactory(steps=5), config, num_actors=1, max_restarts=2)
+  config = ja.RunConfig(max_opts=100_000, eval_interval=0, progress=False, duration=120)
+  trainer = _trainer(RaisingEnvFactory(steps=5), config, data=dict(warmup_period=200),
+                     num_actors=1, max_restarts=2)
   with pytest.raises(ja.ActorFailed, match="env exploded on purpose"):
     trainer.train()
   assert trainer.feed.manager.restarts == [2]
@@ -135,7 +136,7 @@ def test_a_failing_env_restarts_the_ray_actor_then_fails_the_run(cluster):
 
 def test_missing_ray_is_a_config_error_naming_the_extra(monkeypatch):
   monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
-  config = ja.TrainerConfig(max_opts=10, progress=False)
+  config = ja.RunConfig(max_opts=10, progress=False)
   with pytest.raises(ja.ConfigError, match=r"pip install 'jaxasync\[ray\]'"):
     _trainer(CARTPOLE, config)
 
@@ -144,4 +145,4 @@ def test_missing_ray_is_a_config_error_naming_the_extra(monkeypatch):
                                       dict(ray_chunks_ahead=0)])
 def test_settings_that_do_not_apply_to_ray_actors_are_refused(settings):
   with pytest.raises(ja.ConfigError, match="ray|Ray"):
-    ja.AsyncConfig(actor_mode="ray", **settings).validate()
+    ja.ActorsConfig(mode="ray", **settings).validate()

@@ -28,11 +28,12 @@ CARTPOLE = ja.EnvFactory("CartPole-v1")
 def _trainer(model_dir, max_opts, resume=False, save_interval=200, prioritized=True,
              stop_at=None):
   obs_space, action_space = ja.envs.spaces_of(CARTPOLE)
-  agent = ja.DQN(ja.DQNConfig(hidden_sizes=(16,), batch_size=32), obs_space, action_space)
-  config = ja.TrainerConfig(max_opts=max_opts, warmup_period=200, eval_interval=100,
-                            eval_episodes=2, save_interval=save_interval, record_interval=0,
-                            replay_capacity=5_000, progress=False, model_dir=str(model_dir),
-                            seed=3)
+  agent = ja.DQN(ja.DQNConfig(hidden_sizes=(16,), batch_size=32,
+                              data=ja.ReplayConfig(warmup_period=200, replay_capacity=5_000)),
+                 obs_space, action_space)
+  config = ja.RunConfig(max_opts=max_opts, eval_interval=100, eval_episodes=2,
+                        save_interval=save_interval, record_interval=0, progress=False,
+                        logdir=str(model_dir), seed=3)
   replay = (ja.PrioritizedReplayBuffer(ja.types.transition_example(obs_space, action_space),
                                        5_000, seed=3) if prioritized else None)
   # A stop requested at ``stop_at`` SGD steps, as a SIGTERM would: the settings (and so the
@@ -95,7 +96,7 @@ def test_resume_falls_back_past_damaged_checkpoints(tmp_path, caplog):
 
 
 def test_nothing_to_resume_says_how_to_start(tmp_path):
-  with pytest.raises(ja.ConfigError, match="without --resume"):
+  with pytest.raises(ja.ConfigError, match="without resuming"):
     _trainer(tmp_path / "empty", 100, resume=True)
 
 

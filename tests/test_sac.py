@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import subprocess
@@ -256,10 +257,13 @@ PENDULUM = ja.EnvFactory("Pendulum-v1")
 
 
 def _pendulum_config(tmp_path, **kw):
-  base = dict(max_opts=20_000, max_env_steps=6_000, warmup_period=500, n_step=1,
-              eval_interval=1_000, eval_episodes=5, seed=0, progress=False,
-              model_dir=str(tmp_path))
-  return ja.TrainerConfig(**{**base, **kw})
+  base = dict(max_opts=20_000, max_env_steps=6_000, eval_interval=1_000, eval_episodes=5,
+              seed=0, progress=False, logdir=str(tmp_path))
+  return ja.RunConfig(**{**base, **kw})
+
+
+def _pendulum_data(**kw):
+  return ja.ReplayConfig(**{**dict(warmup_period=500, n_step=1), **kw})
 
 
 @pytest.mark.slow
@@ -282,10 +286,14 @@ def test_experiment_learns_pendulum_in_sync(tmp_path):
 def test_sac_learns_pendulum_with_process_actors(tmp_path):
   before = {t.ident for t in threading.enumerate()}
   config = _pendulum_config(tmp_path, max_env_steps=8_000)
-  summary, stats = ja.train_async(
-      ja.SAC, ja.SACConfig(hidden_sizes=(128, 128), batch_size=128), PENDULUM, config,
-      ja.AsyncConfig(actor_mode="process", envs_per_actor=4, samples_per_insert=128.0,
-                     sync_interval=10))
+  agent_config = ja.SACConfig(hidden_sizes=(128, 128), batch_size=128,
+                              data=_pendulum_data(samples_per_insert=128.0))
+  factory = functools.partial(ja.SAC, agent_config, *ja.envs.spaces_of(PENDULUM),
+                              PENDULUM.env_id)
+  trainer = ja.Trainer(factory(), PENDULUM, config,
+                       ja.ActorsConfig(mode="process", num_envs=4, sync_interval=10),
+                       agent_factory=factory)
+  summary, stats = trainer.train(), trainer.actor_stats
   evals = [round(e["eval_reward"]) for e in summary["evals"]]
   assert summary["best_eval_reward"] >= -250, evals
   assert stats[0].env_steps > 0

@@ -7,8 +7,8 @@ import jax
 import numpy as np
 import pytest
 
-from jaxasync import (AsyncConfig, ConfigError, DQN, DQNConfig, EnvFactory, MemoryRecorder, Trainer,
-                      TrainerConfig, restore_checkpoint)
+from jaxasync import (ActorsConfig, ConfigError, DQN, DQNConfig, EnvFactory, MemoryRecorder,
+                      ReplayConfig, RunConfig, Trainer, restore_checkpoint)
 from jaxasync.envs import spaces_of
 
 CARTPOLE = EnvFactory("CartPole-v1")
@@ -25,45 +25,57 @@ def _dqn(spaces, **config):
 
 # --- validation ------------------------------------------------------------------
 def test_batch_larger_than_warmup_is_rejected(cartpole_spaces):
-  agent = _dqn(cartpole_spaces, batch_size=128)
+  # (The replay's settings are the agent's data: building the agent checks them.)
   with pytest.raises(ConfigError, match="Raise warmup_period or lower batch_size") as e:
-    Trainer(agent, CARTPOLE, TrainerConfig(warmup_period=64, progress=False))
+    agent = _dqn(cartpole_spaces, batch_size=128, data=ReplayConfig(warmup_period=64))
+    Trainer(agent, CARTPOLE, RunConfig(progress=False))
   assert "batch_size=128" in str(e.value) and "warmup_period=64" in str(e.value)
-  TrainerConfig(warmup_period=128).validate(128)  # equal is fine
+  ReplayConfig(warmup_period=128).validate(128)  # equal is fine
 
 
-@pytest.mark.parametrize("config, message", [
-    (dict(n_step=0), "n_step must be >= 1, got 0"),
-    (dict(gamma=1.5), r"gamma must be in \[0, 1\], got 1.5"),
-    (dict(gamma=-0.1), r"gamma must be in \[0, 1\]"),
-    (dict(warmup_period=2_000, replay_capacity=1_000), "Lower warmup_period or raise replay_capacity"),
-    (dict(updates_per_call=0), "updates_per_call and num_envs >= 1"),
-    (dict(num_envs=0), "updates_per_call and num_envs >= 1"),
-    (dict(opt_interval=0.0), "opt_interval must be a finite number > 0"),
-    (dict(opt_interval=float("nan")), "opt_interval must be a finite number > 0"),
-    (dict(duration=-5.0), r"duration must be a finite number of seconds > 0.*got -5.0"),
-    (dict(duration=0.0), "duration must be a finite number of seconds > 0"),
-    (dict(duration=float("nan")), "duration must be .*got nan"),
-    (dict(max_env_steps=-1), r"max_env_steps must be >= 1.*got -1"),
+# Each setting is checked by its owner: the run's (RunConfig), the actors' (ActorsConfig), or
+# the agent's data pipeline (ReplayConfig, checked when the agent is built).
+@pytest.mark.parametrize("owner, config, message", [
+    ("data", dict(n_step=0), "n_step must be >= 1, got 0"),
+    ("data", dict(gamma=1.5), r"gamma must be in \[0, 1\], got 1.5"),
+    ("data", dict(gamma=-0.1), r"gamma must be in \[0, 1\]"),
+    ("data", dict(warmup_period=2_000, replay_capacity=1_000),
+     "Lower warmup_period or raise replay_capacity"),
+    ("run", dict(updates_per_call=0), "updates_per_call must be >= 1, got 0"),
+    ("actors", dict(num_envs=0), "num_envs must be >= 1, got 0"),
+    ("data", dict(opt_interval=0.0), "opt_interval must be a finite number > 0"),
+    ("data", dict(opt_interval=float("nan")), "opt_interval must be a finite number > 0"),
+    ("run", dict(duration=-5.0), r"duration must be a finite number of seconds > 0.*got -5.0"),
+    ("run", dict(duration=0.0), "duration must be a finite number of seconds > 0"),
+    ("run", dict(duration=float("nan")), "duration must be .*got nan"),
+    ("run", dict(max_env_steps=-1), r"max_env_steps must be >= 1.*got -1"),
 ])
-def test_bad_trainer_config_is_rejected(cartpole_spaces, config, message):
+def test_bad_trainer_config_is_rejected(cartpole_spaces, owner, config, message):
   with pytest.raises(ConfigError, match=message):
-    TrainerConfig(**config).validate(32)
-  agent = _dqn(cartpole_spaces, batch_size=32)
+    if owner == "data":
+      ReplayConfig(**config).validate(32)
+    elif owner == "actors":
+      ActorsConfig(**config).validate()
+    else:
+      RunConfig(**config).validate()
+  data = ReplayConfig(**config) if owner == "data" else ReplayConfig()
+  run = RunConfig(progress=False, **(config if owner == "run" else {}))
+  actors = ActorsConfig(**(config if owner == "actors" else {}))
   with pytest.raises(ConfigError, match=message):  # before any env is built
-    Trainer(agent, EnvFactory("NoSuchEnv-v0"), TrainerConfig(progress=False, **config))
+    agent = _dqn(cartpole_spaces, batch_size=32, data=data)
+    Trainer(agent, EnvFactory("NoSuchEnv-v0"), run, actors)
 
 
-@pytest.mark.parametrize("config", [
-    dict(warmup_period=64, updates_per_call=4),  # one call samples 4 * 32 items
-    dict(warmup_period=32, updates_per_call=1, n_step=3),  # n-step lag: < 32 transitions
+@pytest.mark.parametrize("data, config", [
+    (dict(warmup_period=64), dict(updates_per_call=4)),  # one call samples 4 * 32 items
+    (dict(warmup_period=32, n_step=3), dict(updates_per_call=1)),  # n-step lag: < 32 transitions
 ], ids=["k_batches", "n_step_lag"])
-def test_a_validated_config_never_samples_more_than_stored(cartpole_spaces, config):
+def test_a_validated_config_never_samples_more_than_stored(cartpole_spaces, data, config):
   """A config that passes validation must train (or be rejected up front with a ConfigError)."""
-  agent = _dqn(cartpole_spaces, hidden_sizes=(16,), batch_size=32)
   try:
-    trainer = Trainer(agent, CARTPOLE, TrainerConfig(max_opts=40, eval_interval=0,
-                                                     eval_episodes=1, progress=False, **config))
+    agent = _dqn(cartpole_spaces, hidden_sizes=(16,), batch_size=32, data=ReplayConfig(**data))
+    trainer = Trainer(agent, CARTPOLE, RunConfig(max_opts=40, eval_interval=0,
+                                                 eval_episodes=1, progress=False, **config))
   except ConfigError:
     return
   assert trainer.train()["opt_steps"] == 40
@@ -102,12 +114,12 @@ RECORD_KEYS = {"env_steps", "fps", "opt_steps", "opt_steps_per_sec", "samples_pe
 @pytest.fixture(scope="module")
 def short_run(tmp_path_factory, cartpole_spaces):
   model_dir = tmp_path_factory.mktemp("run")
-  agent = _dqn(cartpole_spaces, hidden_sizes=(32,), batch_size=32)
+  agent = _dqn(cartpole_spaces, hidden_sizes=(32,), batch_size=32,
+               data=ReplayConfig(warmup_period=200, replay_capacity=10_000))
   recorder = MemoryRecorder()
-  config = TrainerConfig(max_opts=200, eval_interval=100, save_interval=100, record_interval=50,
-                         warmup_period=200, num_envs=4, updates_per_call=4, eval_episodes=2,
-                         replay_capacity=10_000, model_dir=str(model_dir), progress=False)
-  trainer = Trainer(agent, CARTPOLE, config, recorder=recorder)
+  config = RunConfig(max_opts=200, eval_interval=100, save_interval=100, record_interval=50,
+                     updates_per_call=4, eval_episodes=2, logdir=str(model_dir), progress=False)
+  trainer = Trainer(agent, CARTPOLE, config, ActorsConfig(num_envs=4), recorder=recorder)
   summary = trainer.train()
   return trainer, summary, recorder, model_dir
 
@@ -126,7 +138,7 @@ def test_short_run_writes_checkpoints(short_run):
   chex.assert_trees_all_equal(state, jax.device_get(trainer.learner.state))
   _, best_meta = restore_checkpoint(model_dir / "best", template)
   assert best_meta["opt_steps"] in (100, 200)
-  assert best_meta["eval_reward"] == trainer.run_state.best_eval_reward
+  assert best_meta["eval_reward"] == trainer.ledger.best_eval_reward
 
 
 def test_short_run_summary(short_run):
@@ -168,8 +180,8 @@ def test_short_run_records(short_run):
 @pytest.mark.slow
 def test_dqn_solves_cartpole(tmp_path, cartpole_spaces):
   agent = _dqn(cartpole_spaces)
-  config = TrainerConfig(max_opts=40_000, target_eval_reward=475, seed=0, progress=False,
-                         model_dir=str(tmp_path))
+  config = RunConfig(max_opts=40_000, target_eval_reward=475, seed=0, progress=False,
+                     logdir=str(tmp_path))
   summary = Trainer(agent, CARTPOLE, config).train()
   assert summary["best_eval_reward"] >= 475, summary["evals"]
   assert summary["solved_at"] is not None
@@ -189,11 +201,11 @@ def test_checkpoint_meta_holds_numpy_rng_states(short_run):
 
 
 def test_request_stop_ends_a_run(cartpole_spaces):
-  agent = _dqn(cartpole_spaces, hidden_sizes=(16,), batch_size=32)
-  config = TrainerConfig(max_opts=10**9, eval_interval=0, warmup_period=64, num_envs=2,
-                         progress=False)
-  trainer = Trainer(agent, CARTPOLE, config)
-  trainer.run_state.request_stop(after_s=1.0)
+  agent = _dqn(cartpole_spaces, hidden_sizes=(16,), batch_size=32,
+               data=ReplayConfig(warmup_period=64))
+  config = RunConfig(max_opts=10**9, eval_interval=0, progress=False)
+  trainer = Trainer(agent, CARTPOLE, config, ActorsConfig(num_envs=2))
+  trainer.ledger.request_stop(after_s=1.0)
   summary = trainer.train()
   assert 0 < summary["opt_steps"] < 10**9 and summary["wall_s"] < 10
 
@@ -201,9 +213,9 @@ def test_request_stop_ends_a_run(cartpole_spaces):
 def test_final_evaluation_is_of_the_final_params(cartpole_spaces):
   """max_opts is not a multiple of eval_interval: the run still ends with an evaluation of
   the params it ends with, so final_eval_reward describes what `final` holds."""
-  agent = _dqn(cartpole_spaces, hidden_sizes=(16,), batch_size=32)
-  config = TrainerConfig(max_opts=100, eval_interval=64, eval_episodes=2, warmup_period=64,
-                         progress=False)
+  agent = _dqn(cartpole_spaces, hidden_sizes=(16,), batch_size=32,
+               data=ReplayConfig(warmup_period=64))
+  config = RunConfig(max_opts=100, eval_interval=64, eval_episodes=2, progress=False)
   summary = Trainer(agent, CARTPOLE, config).train()
   assert summary["opt_steps"] == 100
   assert [e["opt_steps"] for e in summary["evals"]] == [64, 100]
@@ -217,9 +229,10 @@ def test_a_sync_run_stopped_by_max_env_steps_takes_its_last_due_update(cartpole_
   step 64 to 200 (the replay then holds >= 56 transitions, enough for a batch of 32), so
   ((200 - 64) / 4 + 1) * 4 = 140 SGD steps when max_env_steps is 200 (136 if the last
   vector step's calls were dropped)."""
-  trainer = Trainer(_dqn(cartpole_spaces, batch_size=32), CARTPOLE,
-                    TrainerConfig(warmup_period=64, num_envs=4, updates_per_call=1,
-                                  max_env_steps=200, eval_interval=0, progress=False))
+  trainer = Trainer(_dqn(cartpole_spaces, batch_size=32, data=ReplayConfig(warmup_period=64)),
+                    CARTPOLE, RunConfig(updates_per_call=1, max_env_steps=200, eval_interval=0,
+                                        progress=False),
+                    ActorsConfig(num_envs=4))
   summary = trainer.train()
   assert summary["env_steps"] == 200 and summary["opt_steps"] == 140
 
@@ -238,9 +251,10 @@ class _InterruptingDQN(DQN):
 
 def test_a_forced_stop_saves_and_then_raises(cartpole_spaces, tmp_path):
   _InterruptingDQN.calls = 0
-  agent = _InterruptingDQN(DQNConfig(batch_size=32), *cartpole_spaces)
-  trainer = Trainer(agent, CARTPOLE, TrainerConfig(warmup_period=64, eval_interval=0,
-                                                   progress=False, model_dir=str(tmp_path)))
+  agent = _InterruptingDQN(DQNConfig(batch_size=32, data=ReplayConfig(warmup_period=64)),
+                           *cartpole_spaces)
+  trainer = Trainer(agent, CARTPOLE, RunConfig(eval_interval=0, progress=False,
+                                               logdir=str(tmp_path)))
   with pytest.raises(KeyboardInterrupt):
     trainer.train()
   summary = json.loads((tmp_path / "summary.json").read_text())
@@ -258,9 +272,8 @@ def test_a_runs_own_hooks_are_called_on_their_interval_and_can_stop_it(cartpole_
       loop.ledger.request_stop()
 
   from jaxasync import Hook
-  trainer = Trainer(_dqn(cartpole_spaces, batch_size=32), CARTPOLE,
-                    TrainerConfig(warmup_period=64, max_opts=1_000, eval_interval=0,
-                                  progress=False),
+  trainer = Trainer(_dqn(cartpole_spaces, batch_size=32, data=ReplayConfig(warmup_period=64)),
+                    CARTPOLE, RunConfig(max_opts=1_000, eval_interval=0, progress=False),
                     hooks=[Hook(50, lambda loop: seen.append(loop.learner.opt_steps), "seen"),
                            Hook(25, stop_at_100, "stop")])
   summary = trainer.train()
@@ -271,4 +284,4 @@ def test_a_runs_own_hooks_are_called_on_their_interval_and_can_stop_it(cartpole_
 def test_a_replay_ratio_that_is_not_a_finite_positive_number_is_rejected(value):
   # NaN passed the old `<= 0` check: the run took no SGD step in 63k env steps.
   with pytest.raises(ConfigError, match=f"samples_per_insert must be a finite number > 0.*got {value}"):
-    AsyncConfig(samples_per_insert=value).validate()
+    ReplayConfig(samples_per_insert=value).validate(32)

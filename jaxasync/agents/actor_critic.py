@@ -10,7 +10,7 @@ step times their sub-envs, side by side.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal, NamedTuple, Sequence
+from typing import Annotated, Any, Literal, NamedTuple, Sequence
 
 import chex
 import flax
@@ -20,9 +20,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import tyro
 
-from jaxasync.agent import ActorContext, Agent, DataSpec, key_data
+from jaxasync.agent import ActorContext, Agent, key_data
 from jaxasync.errors import ConfigError
+from jaxasync.pipeline import UnrollConfig
 from jaxasync.envs import check_box_observations
 from jaxasync.networks import (ACTIVATIONS, TORSOS, Activation, Torso, check_torso, default_torso,
                                make_torso)
@@ -74,16 +76,6 @@ class ActorCriticState:
   opt_state: PyTree
   opt_steps: jnp.ndarray  # int32 scalar: SGD steps (IMPALA) or PPO iterations taken
   key: jnp.ndarray  # uint32[2] PRNG key data (PPO's minibatch shuffles)
-
-
-def adam_with_clipping(learning_rate: float, adam_eps: float, max_grad_norm: float,
-                       decay_steps: int = 0) -> optax.GradientTransformation:
-  """Adam after global-norm clipping (none when ``max_grad_norm`` is 0), its step size
-  annealed linearly to 0 over ``decay_steps`` optimizer steps (0: constant), as in IMPALA
-  and PPO; the count lives in the optimizer state, so it survives checkpoints."""
-  clip = [optax.clip_by_global_norm(max_grad_norm)] if max_grad_norm else []
-  lr = optax.linear_schedule(learning_rate, 0.0, decay_steps) if decay_steps else learning_rate
-  return optax.chain(*clip, optax.adam(lr, eps=adam_eps))
 
 
 class UnrollPairs(NamedTuple):
@@ -167,7 +159,7 @@ class DiscreteActorCritic(Agent):
   Subclasses set ``self.optimizer`` (``init`` builds its state) and write ``update``.
 
   Args (of subclasses' ``__init__``, through ``_setup``): the config (with ``torso``,
-  ``hidden_sizes``, ``shared_torso``, ``unroll_length``, ``batch_size``, ``eval_greedy``),
+  ``hidden_sizes``, ``shared_torso``, ``data``, ``batch_size``, ``eval_greedy``),
   the spaces and the env id.
   """
 
@@ -179,7 +171,7 @@ class DiscreteActorCritic(Agent):
     self.obs_space, self.action_space = obs_space, action_space
     self.num_actions = int(action_space.n)
     self.batch_size = config.batch_size
-    self.data = DataSpec(collector="unrolls", source="queue", unroll_length=config.unroll_length)
+    self.data = config.data
     torso = (default_torso(obs_space.shape, obs_space.dtype) if config.torso == "auto"
              else config.torso)
     self.network = ActorCriticNetwork(self.num_actions, torso, tuple(config.hidden_sizes),
@@ -247,7 +239,6 @@ class ActorCriticConfig:
     activation: the MLP torso's nonlinearity ('relu' or 'tanh').
     orthogonal_init: start the MLP torso's kernels orthogonal with gain sqrt(2) (False:
       Flax's LeCun normal).
-    unroll_length: T, env steps per unroll (one unroll: T steps of an actor's sub-envs).
     batch_size: unrolls per SGD step (PPO: per iteration), their sub-envs side by side.
     gamma: discount per env step.
     learning_rate: Adam step size (the initial one when annealed).
@@ -257,6 +248,9 @@ class ActorCriticConfig:
     max_grad_norm: global-norm gradient clipping; 0: none.
     entropy_cost: weight of the entropy bonus.
     eval_greedy: evaluate with the argmax action (False: sample, as in training).
+    data: what it learns from: unrolls of ``unroll_length`` steps through a queue that drops
+      those older than ``max_policy_lag`` SGD steps (``UnrollConfig``; shown among the
+      agent's flags, ``--agent.unroll-length``).
   """
 
   torso: Literal["auto", Torso] = "auto"
@@ -264,7 +258,6 @@ class ActorCriticConfig:
   shared_torso: bool = False
   activation: Activation = "relu"
   orthogonal_init: bool = False
-  unroll_length: int = 20
   batch_size: int = 2
   gamma: float = 0.99
   learning_rate: float = 1e-3
@@ -273,6 +266,8 @@ class ActorCriticConfig:
   max_grad_norm: float = 40.0
   entropy_cost: float = 0.01
   eval_greedy: bool = True
+  data: Annotated[UnrollConfig, tyro.conf.arg(name="")] = dataclasses.field(
+      default_factory=UnrollConfig)
 
   def validate(self) -> None:
     if self.torso not in ("auto", *TORSOS):
@@ -281,9 +276,9 @@ class ActorCriticConfig:
       raise ConfigError("hidden_sizes must name at least one layer width, e.g. (64, 64).")
     if self.activation not in ACTIVATIONS:
       raise ConfigError(f"activation must be one of {tuple(ACTIVATIONS)}, got {self.activation!r}.")
-    if self.unroll_length < 1 or self.batch_size < 1:
-      raise ConfigError(f"unroll_length and batch_size must be >= 1, got {self.unroll_length} "
-                        f"and {self.batch_size}.")
+    if self.batch_size < 1:
+      raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}.")
+    self.data.validate(self.batch_size)
     if not 0.0 <= self.gamma <= 1.0:
       raise ConfigError(f"gamma must be in [0, 1], got {self.gamma}.")
     if not 0.0 < self.learning_rate < float("inf"):

@@ -20,7 +20,7 @@ epsilon-greedy).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal, Sequence
+from typing import Annotated, Any, Literal, Sequence
 
 import chex
 import flax
@@ -31,14 +31,17 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import rlax
+import tyro
 
-from jaxasync.agent import ActorContext, Agent, DataSpec, key_data
+from jaxasync.agent import ActorContext, Agent, key_data
 from jaxasync.agents.exploration import (EpsilonState, apex_epsilons, epsilon_greedy,
                                          linear_epsilon)
 from jaxasync.errors import ConfigError
 from jaxasync.envs import check_box_observations
+from jaxasync.agents import optimizers
 from jaxasync.agents.q_network import QNetwork
 from jaxasync.networks import TORSOS, Torso, check_torso, default_torso
+from jaxasync.pipeline import ReplayConfig
 from jaxasync.types import Transition
 
 PyTree = Any
@@ -60,7 +63,7 @@ class DQNConfig:
     learning_rate_decay_steps: SGD steps over which the step size anneals linearly from
       learning_rate to learning_rate_end, then holds; 0: constant.
     adam_eps: Adam epsilon.
-    max_grad_norm: global-norm gradient clipping threshold.
+    max_grad_norm: global-norm gradient clipping threshold; 0: none.
     batch_size: transitions per SGD step.
     double_q: double Q-learning: the online network selects the bootstrap action (with
       munchausen: its softmax policy weights the soft value), the target network values it.
@@ -100,6 +103,8 @@ class DQNConfig:
     noisy: NoisyNet head(s) (factorized Gaussian) instead of epsilon-greedy exploration;
       epsilon() is then 0.
     noisy_sigma0: initial noise scale sigma0 of the noisy layers (0.5 in Rainbow).
+    data: what it learns from: n-step transitions in a replay and the replay ratio
+      (``ReplayConfig``; shown among the agent's flags, ``--agent.n-step``).
   """
 
   torso: Literal["auto", Torso] = "auto"  # Literal flattens: auto, mlp, nature_cnn, minatar_cnn
@@ -133,6 +138,8 @@ class DQNConfig:
   eval_epsilon: float = 0.0
   noisy: bool = False
   noisy_sigma0: float = 0.5
+  data: Annotated[ReplayConfig, tyro.conf.arg(name="")] = dataclasses.field(
+      default_factory=ReplayConfig)
 
   def validate(self) -> None:
     if self.torso not in ("auto", *TORSOS):
@@ -149,7 +156,7 @@ class DQNConfig:
       raise ConfigError(
           f"num_q_networks={self.num_q_networks} takes the minimum of expected Q-values; with "
           f"num_atoms={self.num_atoms} (C51) there is no such minimum. Use "
-          "--agent.num-q-networks 1 with C51, or --agent.num-atoms 1.")
+          "num_q_networks=1 with C51, or num_atoms=1.")
     if self.munchausen and not (self.munchausen_tau > 0 and 0 <= self.munchausen_alpha <= 1
                                 and self.munchausen_clip < 0):
       raise ConfigError(
@@ -158,8 +165,8 @@ class DQNConfig:
           "munchausen_alpha <= 1 and munchausen_clip < 0 (the paper's: 0.03, 0.9, -1).")
     if self.munchausen and self.num_atoms > 1:
       raise ConfigError("munchausen applies to expected-Q heads; with num_atoms "
-                        f"{self.num_atoms} (C51) add --agent.no-munchausen (experiments/dqn.py "
-                        "turns it on), or use --agent.num-atoms 1.")
+                        f"{self.num_atoms} (C51) set munchausen=False (the DQN preset turns it "
+                        "on), or use num_atoms=1.")
     if self.target_update_period < 1:
       raise ConfigError(f"target_update_period must be >= 1, got {self.target_update_period}.")
     if self.num_atoms < 1 or (self.num_atoms > 1 and self.v_min >= self.v_max):
@@ -183,6 +190,7 @@ class DQNConfig:
           "learning_rate_decay_steps >= 0 (0: a constant learning rate).")
     if self.noisy and not self.noisy_sigma0 >= 0.0:
       raise ConfigError(f"noisy_sigma0 must be >= 0, got {self.noisy_sigma0}.")
+    self.data.validate(self.batch_size)
 
 
 def munchausen_target(q_target_tm1: jnp.ndarray, a_tm1: jnp.ndarray, r_t: jnp.ndarray,
@@ -230,12 +238,9 @@ class DQNState:
 
 def learning_rate_schedule(config: DQNConfig) -> optax.ScalarOrSchedule:
   """Adam's step size: constant, or annealed linearly to ``learning_rate_end`` over
-  ``learning_rate_decay_steps`` SGD steps (counted by the optimizer state, so it survives
-  checkpoints and runs inside the jitted ``k``-step scan)."""
-  if config.learning_rate_decay_steps <= 0:
-    return config.learning_rate
-  return optax.linear_schedule(config.learning_rate, config.learning_rate_end,
-                               config.learning_rate_decay_steps)
+  ``learning_rate_decay_steps`` SGD steps (``optimizers.learning_rate_schedule``)."""
+  return optimizers.learning_rate_schedule(config.learning_rate, config.learning_rate_end,
+                                           config.learning_rate_decay_steps)
 
 
 def check_discrete_q_spaces(obs_space: gym.Space, action_space: gym.Space, env_id: str) -> None:
@@ -265,7 +270,7 @@ class DQN(Agent):
     self.config = config
     self.obs_space, self.action_space = obs_space, action_space
     self.batch_size = config.batch_size
-    self.data = DataSpec(collector="transitions", source="replay")
+    self.data = config.data
     self.num_actions = int(action_space.n)
     torso = (default_torso(obs_space.shape, obs_space.dtype) if config.torso == "auto"
              else config.torso)
@@ -281,9 +286,9 @@ class DQN(Agent):
         hidden_sizes=tuple(config.hidden_sizes), layer_norm=config.layer_norm,
         dueling=config.dueling,
         num_atoms=config.num_atoms, noisy=config.noisy, sigma0=config.noisy_sigma0)
-    self.optimizer = optax.chain(
-        optax.clip_by_global_norm(config.max_grad_norm),
-        optax.adam(learning_rate_schedule(config), eps=config.adam_eps))
+    self.optimizer = optimizers.adam_with_clipping(
+        config.learning_rate, config.adam_eps, config.max_grad_norm,
+        config.learning_rate_decay_steps, config.learning_rate_end)
     self.atoms = jnp.linspace(config.v_min, config.v_max, config.num_atoms)
     self.greedy_actions = jax.jit(self._greedy_actions)
     self.noisy_greedy_actions = jax.jit(self._noisy_greedy_actions)
@@ -399,7 +404,7 @@ class DQN(Agent):
 
   def overestimation_hint(self) -> str:
     lr = f"a lower learning rate (now {self.config.learning_rate:g})"
-    return f"Try {lr}." if self.config.layer_norm else f"Try --agent.layer-norm or {lr}."
+    return f"Try {lr}." if self.config.layer_norm else f"Try layer_norm=True or {lr}."
 
   # --- learning ------------------------------------------------------------
   def loss(self, params: PyTree, target_params: PyTree, batch: Transition,
@@ -412,7 +417,7 @@ class DQN(Agent):
     ``None`` uses the mean networks.
     """
     c = self.config
-    reward = batch.reward  # n-step return, of clipped rewards if TrainerConfig.reward_clip
+    reward = batch.reward  # n-step return, of clipped rewards if data.reward_clip
     k_tm1 = k_t = k_target = None
     if c.noisy and key is not None:
       k_tm1, k_t, k_target = jax.random.split(key, 3)

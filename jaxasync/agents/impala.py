@@ -26,9 +26,10 @@ import jax.numpy as jnp
 import optax
 import rlax
 
+from jaxasync.agents.optimizers import adam_with_clipping
 from jaxasync.agents.actor_critic import (ActorCriticConfig, ActorCriticState,
                                           DiscreteActorCritic, action_log_prob,
-                                          adam_with_clipping, categorical_entropy, masked_mean,
+                                          categorical_entropy, masked_mean,
                                           masked_standardize,
                                           unroll_pairs)
 from jaxasync.collectors.unrolls import Unroll

@@ -17,22 +17,25 @@ discount 0; a truncated one's bootstraps from ``V`` of the true final observatio
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 import gymnasium as gym
 import jax
 import jax.numpy as jnp
 import optax
 import rlax
+import tyro
 
+from jaxasync.agents.optimizers import adam_with_clipping
 from jaxasync.agents.actor_critic import (ActorCriticConfig, ActorCriticState,
                                           DiscreteActorCritic, action_log_prob, batch_major,
-                                          adam_with_clipping, categorical_entropy, masked_mean,
+                                          categorical_entropy, masked_mean,
                                           masked_standardize,
                                           unroll_pairs)
 from jaxasync.collectors.unrolls import Unroll
 from jaxasync.sharding import constrain_to_batch_shards
 from jaxasync.errors import ConfigError
+from jaxasync.pipeline import UnrollConfig
 
 PyTree = Any
 
@@ -54,7 +57,6 @@ class PPOConfig(ActorCriticConfig):
     normalize_advantages: standardize advantages per minibatch.
   """
 
-  unroll_length: int = 32
   batch_size: int = 1
   adam_eps: float = 1e-5
   max_grad_norm: float = 0.5
@@ -66,6 +68,8 @@ class PPOConfig(ActorCriticConfig):
   value_clip_epsilon: float = 0.0
   value_cost: float = 0.5
   normalize_advantages: bool = True
+  data: Annotated[UnrollConfig, tyro.conf.arg(name="")] = dataclasses.field(
+      default_factory=lambda: UnrollConfig(unroll_length=32))
 
   def validate(self) -> None:
     super().validate()

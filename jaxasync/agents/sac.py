@@ -30,7 +30,7 @@ same); with ``n_step=1`` this is the paper's target.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal, Sequence
+from typing import Annotated, Any, Literal, Sequence
 
 import chex
 import flax
@@ -39,12 +39,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import tyro
 
-from jaxasync.agent import ActorContext, Agent, DataSpec, key_data
+from jaxasync.agent import ActorContext, Agent, key_data
+from jaxasync.agents.optimizers import adam_with_clipping
 from jaxasync.agents.sac_networks import GaussianPolicy, TwinQCritic, squashed_gaussian
 from jaxasync.errors import ConfigError
 from jaxasync.envs import check_box_observations
 from jaxasync.networks import TORSOS, Torso, check_torso, default_torso
+from jaxasync.pipeline import ReplayConfig
 from jaxasync.types import Transition
 
 PyTree = Any
@@ -74,6 +77,8 @@ class SACConfig:
     policy_delay: critic steps per actor (and temperature) step; 1: every step (the paper's).
     log_std_min: lower bound of the policy's log standard deviation (before the tanh).
     log_std_max: upper bound of the policy's log standard deviation.
+    data: what it learns from (``ReplayConfig``; 1-step returns by default, the paper's soft
+      Bellman target).
   """
 
   torso: Literal["auto", Torso] = "auto"
@@ -91,6 +96,8 @@ class SACConfig:
   policy_delay: int = 1
   log_std_min: float = -5.0
   log_std_max: float = 2.0
+  data: Annotated[ReplayConfig, tyro.conf.arg(name="")] = dataclasses.field(
+      default_factory=lambda: ReplayConfig(n_step=1))
 
   def validate(self) -> None:
     if self.torso not in ("auto", *TORSOS):
@@ -114,6 +121,7 @@ class SACConfig:
     if not self.log_std_min < self.log_std_max:
       raise ConfigError(f"log_std_min={self.log_std_min} must be below "
                         f"log_std_max={self.log_std_max}.")
+    self.data.validate(self.batch_size)
 
 
 @flax.struct.dataclass
@@ -214,7 +222,7 @@ class SAC(Agent):
     self.config = config
     self.obs_space, self.action_space = obs_space, action_space
     self.batch_size = config.batch_size
-    self.data = DataSpec(collector="transitions", source="replay")
+    self.data = config.data
     self.action_dim = int(action_space.shape[0])
     self.low = np.asarray(action_space.low, np.float32)
     self.high = np.asarray(action_space.high, np.float32)
@@ -227,12 +235,10 @@ class SAC(Agent):
                                 config.log_std_max)
     self.critic = TwinQCritic(torso, hidden)
 
-    def adam(lr):
-      clip = [optax.clip_by_global_norm(config.max_grad_norm)] if config.max_grad_norm else []
-      return optax.chain(*clip, optax.adam(lr, eps=config.adam_eps))
-
-    self.actor_optimizer = adam(config.actor_learning_rate)
-    self.critic_optimizer = adam(config.critic_learning_rate)
+    self.actor_optimizer = adam_with_clipping(config.actor_learning_rate, config.adam_eps,
+                                              config.max_grad_norm)
+    self.critic_optimizer = adam_with_clipping(config.critic_learning_rate, config.adam_eps,
+                                               config.max_grad_norm)
     self.temperature_optimizer = optax.adam(config.temperature_learning_rate, eps=config.adam_eps)
     self.sample_actions = jax.jit(self._sample_actions)
     self.mean_actions = jax.jit(self._mean_actions)

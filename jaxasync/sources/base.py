@@ -1,28 +1,14 @@
-"""What a data source hands the learner, and the interface every source has.
-
-A data source sits between the transport (chunks from actors) and the learner's update. The
-learner loop calls, and only calls:
-
-* ``add(payload, version, env_steps) -> items``: one chunk's collector output, made with the
-  params of ``version``, for ``env_steps`` env steps; returns the items it counts as inserted;
-* ``can_insert() -> bool``: whether one more chunk may come in now (``False`` holds the chunks
-  in the bounded transport, so actors block: back-pressure);
-* ``can_sample(opt_steps) -> bool``: whether one update call can be served now;
-* ``needs_data() -> bool``: whether the next call waits for more items (and not, say, for the
-  clock of a training-frequency cap): the loop then takes chunks even when actors are ahead;
-* ``sample(opt_steps) -> Sample``: the data of one update call of ``updates_per_call`` SGD steps;
-* ``feedback(info, feedback)``: what the agent's update returned for that call (new priorities);
-* ``metrics() -> dict``: figures to record; ``rng_states() -> dict``: generator states for
-  checkpoint metadata; ``start_clock()``: the run starts; ``time_sample``: seconds sampling;
-* ``updates_per_call``, ``batch_size`` and ``__len__``.
+"""What a data source hands the learner (``Sample``), and the contract every source keeps
+(``DataSource``): the learner loop calls these members and nothing else.
 
 Two kinds: ``ReplaySource`` (off-policy: a replay, a rate limit, priorities) and
-``QueueSource`` (on-policy: FIFO, each item once, a bound on policy lag).
+``QueueSource`` (on-policy: FIFO, each item once, a bound on policy lag). An agent's data
+pipeline (``jaxasync.pipeline``) builds one.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -41,3 +27,62 @@ class Sample(NamedTuple):
   batch: Any
   weights: np.ndarray | None
   info: Any
+
+
+@runtime_checkable
+class DataSource(Protocol):
+  """Sits between the transport (chunks from actors) and the learner's update.
+
+  Attributes:
+    updates_per_call: ``k``, the SGD steps one ``sample`` serves.
+    batch_size: items per SGD step, as the learner counts samples.
+    warmup_items: items it must hold before the first call (a replay's warmup; 0 for a
+      queue), which the stall watchdog names when the run is stuck filling it.
+    time_sample: seconds spent in ``sample``.
+    nbytes: bytes its ``state_dict`` holds (whether checkpoints can afford it).
+  """
+
+  updates_per_call: int
+  batch_size: int
+  warmup_items: int
+  time_sample: float
+  nbytes: int
+
+  def __len__(self) -> int:
+    """Items held."""
+
+  def add(self, payload: Any, version: int, env_steps: int) -> int:
+    """One chunk's collector output, made with the params of ``version``, for ``env_steps``
+    env steps; returns the items it counts as inserted."""
+
+  def can_insert(self) -> bool:
+    """Whether one more chunk may come in now (``False`` holds chunks in the bounded
+    transport, so actors block: back-pressure)."""
+
+  def needs_data(self) -> bool:
+    """Whether the next call waits for more items (and not, say, for the clock of a
+    training-frequency cap): the loop then takes chunks even when actors are ahead."""
+
+  def can_sample(self, opt_steps: int) -> bool:
+    """Whether one update call can be served now."""
+
+  def sample(self, opt_steps: int) -> Sample:
+    """The data of one update call of ``updates_per_call`` SGD steps."""
+
+  def feedback(self, info: Any, feedback: Any) -> None:
+    """What the agent's update returned for that call (new priorities), with ``Sample.info``."""
+
+  def metrics(self) -> dict[str, float]:
+    """Figures to record."""
+
+  def rng_states(self) -> dict:
+    """Generator states for checkpoint metadata."""
+
+  def start_clock(self) -> None:
+    """The run starts (a training-frequency cap counts from here)."""
+
+  def state_dict(self) -> dict:
+    """What a resumed run needs to continue (numpy arrays and scalars)."""
+
+  def load_state_dict(self, state: dict) -> None:
+    """Puts back a ``state_dict``."""

@@ -69,6 +69,7 @@ class QueueSource:
     return len(self._items) + n <= self.capacity
 
   time_sample = 0.0  # (sampling is a pop and a concatenation: not timed)
+  warmup_items = 0  # (served as soon as it holds one call's items)
 
   def start_clock(self) -> None:
     """(Nothing to time: a queue has no training-frequency cap.)"""

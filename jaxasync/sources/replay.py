@@ -14,15 +14,40 @@ exponent, and the write-back of the priorities an update returns. Two limiters k
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 import numpy as np
 
 from jaxasync.errors import ConfigError
-from jaxasync.replay.prioritized import linear_beta
+from jaxasync.replay.prioritized import PrioritizedReplayBuffer, linear_beta
+from jaxasync.replay.uniform import ReplayBuffer
 from jaxasync.sources.base import Sample
 from jaxasync.types import Transition
+
+
+class Limiter(Protocol):
+  """Keeps the replay ratio: ``ReplaySource`` asks it before each insert and each sample.
+  Counts are items (transitions) inserted into and sampled from the replay."""
+
+  def can_sample(self, inserted: int, sampled: int, n: int) -> bool:
+    """Whether ``n`` more items may be sampled now."""
+
+  def can_insert(self, inserted: int, sampled: int, n: int) -> bool:
+    """Whether ``n`` more items may be inserted now."""
+
+  def on_add(self, env_steps_total: int, env_steps: int, ready: bool) -> None:
+    """A chunk of ``env_steps`` came in (``env_steps_total`` in all; ``ready``: the replay
+    can serve a call)."""
+
+  def on_sample(self, n: int) -> None:
+    """``n`` items were sampled."""
+
+  def state_dict(self) -> dict:
+    """What a resumed run needs to keep the ratio where it was."""
+
+  def load_state_dict(self, state: dict) -> None:
+    """Puts back a ``state_dict`` (keys it does not know are ignored)."""
 
 
 class RateLimiter:
@@ -48,6 +73,12 @@ class RateLimiter:
 
   def on_sample(self, n: int) -> None:
     """(It reads the source's item counts: nothing to keep.)"""
+
+  def state_dict(self) -> dict:
+    return {}  # (the source's counts, which it saves, are all it reads)
+
+  def load_state_dict(self, state: dict) -> None:
+    pass
 
 
 class UpdateCredit:
@@ -80,6 +111,13 @@ class UpdateCredit:
 
   def on_sample(self, n: int) -> None:
     self.credit -= n / self.batch_size
+
+  def state_dict(self) -> dict:
+    return {"credit": self.credit}
+
+  def load_state_dict(self, state: dict) -> None:
+    if state.get("credit") is not None:
+      self.credit = float(state["credit"])
 
 
 def terminal_fraction(discount: np.ndarray) -> float:
@@ -120,7 +158,8 @@ class ReplaySource:
   """Serves ``updates_per_call`` batches of ``batch_size`` items per call from ``replay``.
 
   Args:
-    replay: a ``ReplayBuffer``, ``PrioritizedReplayBuffer`` or a frame replay.
+    replay: a ``ReplayBuffer``: uniform, ``PrioritizedReplayBuffer`` (priorities written back,
+      importance weights) or a frame replay.
     batch_size: items per SGD step (the agent's).
     updates_per_call: ``k`` SGD steps per update call.
     limiter: ``RateLimiter`` or ``UpdateCredit``; ``None``: no ratio (sample whenever the
@@ -133,23 +172,24 @@ class ReplaySource:
     chunk_items: items in a full chunk, the unit ``can_insert`` asks room for.
   """
 
-  def __init__(self, replay, batch_size: int, updates_per_call: int = 1, limiter=None,
+  def __init__(self, replay: ReplayBuffer, batch_size: int, updates_per_call: int = 1,
+               limiter: Limiter | None = None,
                min_size: int = 0, max_train_frequency: float | None = None,
                beta_anneal_steps: int = 0, chunk_items: int = 1):
     if updates_per_call < 1:
       raise ConfigError(f"updates_per_call must be >= 1, got {updates_per_call}.")
-    capacity = getattr(replay, "capacity", None)
-    if capacity is not None and capacity < updates_per_call * batch_size:
+    capacity = replay.capacity
+    if capacity < updates_per_call * batch_size:
       raise ConfigError(
           f"replay capacity {capacity} is below updates_per_call x batch_size = "
           f"{updates_per_call} x {batch_size} = {updates_per_call * batch_size}: no update call "
-          "could ever be sampled and the run would never train. Raise --replay-capacity, or "
-          "lower --updates-per-call or the batch size.")
+          "could ever be sampled and the run would never train. Raise replay_capacity, or "
+          "lower updates_per_call or batch_size.")
     self.replay, self.batch_size, self.updates_per_call = replay, batch_size, updates_per_call
-    self.limiter, self.min_size, self.chunk_items = limiter, min_size, chunk_items
+    self.limiter, self.warmup_items, self.chunk_items = limiter, min_size, chunk_items
     self.max_train_frequency = max_train_frequency
-    self.prioritized = hasattr(replay, "update_priorities")
-    self._beta0 = getattr(replay, "beta", None)
+    self.prioritized = isinstance(replay, PrioritizedReplayBuffer)
+    self._beta0 = replay.beta if self.prioritized else None
     self._beta_anneal_steps = beta_anneal_steps if self.prioritized else 0
     self.inserted = 0  # items added (transitions)
     self.sampled = 0  # items sampled (k * batch_size per call)
@@ -192,7 +232,7 @@ class ReplaySource:
   def needs_data(self) -> bool:
     """Whether the next call waits for more items (too few, or the ratio forbids sampling),
     rather than for the clock (``max_train_frequency``)."""
-    if len(self.replay) < self.min_size or not self._ready():
+    if len(self.replay) < self.warmup_items or not self._ready():
       return True
     n = self.updates_per_call * self.batch_size
     return self.limiter is not None and not self.limiter.can_sample(self.inserted, self.sampled, n)
@@ -247,7 +287,7 @@ class ReplaySource:
     on a loaded 2-core machine; once per ``record_interval`` SGD steps) rather than kept as running counts on add and overwrite: nothing to keep consistent through the
     ring's wrap, the frame replay's transitions dying with their oldest frame, or resume, and
     a maximum does not come out of running counts."""
-    stored = getattr(self.replay, "returns_and_discounts", lambda: None)()
+    stored = self.replay.returns_and_discounts()
     if stored is None or not len(stored[1]):
       return {}
     reward, discount = stored
@@ -262,18 +302,18 @@ class ReplaySource:
   @property
   def nbytes(self) -> int:
     """Bytes a ``state_dict`` holds (the replay's storage)."""
-    return int(getattr(self.replay, "nbytes", 0))
+    return int(self.replay.nbytes)
 
   def state_dict(self) -> dict:
     """The replay's contents (a copy: cursor, priorities, its generator) and the counts the
     limiter reads; what a resumed run needs to sample exactly as this one would have."""
     return {"replay": self.replay.state_dict(), "inserted": self.inserted,
             "sampled": self.sampled, "env_steps": self.env_steps,
-            "credit": getattr(self.limiter, "credit", None)}
+            **(self.limiter.state_dict() if self.limiter is not None else {})}
 
   def load_state_dict(self, state: dict) -> None:
     self.replay.load_state_dict(state["replay"])
     self.inserted, self.sampled = int(state["inserted"]), int(state["sampled"])
     self.env_steps = int(state["env_steps"])
-    if state.get("credit") is not None and hasattr(self.limiter, "credit"):
-      self.limiter.credit = float(state["credit"])
+    if self.limiter is not None:
+      self.limiter.load_state_dict(state)

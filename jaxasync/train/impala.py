@@ -1,0 +1,68 @@
+"""IMPALA (V-trace), synchronous or asynchronous, on any gymnasium env with Box observations
+and Discrete actions.
+
+  python -m jaxasync.train impala                        # CartPole-v1, one actor process
+  python -m jaxasync.train impala --mode sync --seed 3   # lock-step: every unroll from the newest params
+  python -m jaxasync.train impala --num-actors 2 --agent.max-policy-lag 8
+  python -m jaxasync.train impala --help                 # every flag
+
+Actors push unrolls of --agent.unroll-length steps of their --num-envs sub-envs with the
+behaviour logits; the learner takes --agent.batch-size unrolls per SGD step, oldest first,
+each once, and drops those older than --agent.max-policy-lag SGD steps. The run's and the
+actors' flags are jaxasync.train.dqn's; the agent's are --agent.*.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated, ClassVar
+
+import tyro
+
+import jaxasync as ja
+from jaxasync import experiment
+
+
+def cartpole_agent() -> ja.IMPALAConfig:
+  # Many small updates, as A2C's tuned CartPole (RL Zoo: 8 envs x 5 steps, ~7e-4, no entropy
+  # bonus, tanh torsos with orthogonal init, a gradient clip that binds): one unroll of 5 steps
+  # x 8 envs per SGD step, Adam 7e-4 annealed to 0, global-norm clip 1. The earlier preset (2
+  # unrolls of 16 steps, 5e-4, ReLU, clip 40) took 1,172 SGD steps in 300k env steps and its
+  # policy never sharpened (entropy ~0.58; 1 of 10 fresh seeds held). With ReLU torsos these
+  # small updates collapsed. Clip 40 held 8 of fresh seeds 100-109 (two fell after gradient-norm
+  # spikes of 20-40); clip 1 held every tuning seed and 17 of 100-119, its three failures a
+  # value stuck at the return bound (the clip shrinks the rare batches holding an episode's
+  # end). docs/bench_learning_results.md, issue 28.
+  return ja.IMPALAConfig(batch_size=1, learning_rate=7e-4, entropy_cost=0.0, activation="tanh",
+                         orthogonal_init=True, max_grad_norm=1.0,
+                         data=ja.UnrollConfig(unroll_length=5, max_policy_lag=50))
+
+
+def cartpole_run() -> ja.RunConfig:
+  # One SGD step per unroll batch: evaluations, records and saves count those.
+  return ja.RunConfig(max_opts=1_000_000, max_env_steps=300_000, updates_per_call=1,
+                      eval_interval=100, record_interval=50, save_interval=1_000)
+
+
+@dataclasses.dataclass
+class Args(experiment.AnnealedRunArgs):
+  """IMPALA's flags: the run's and the actors' (as jaxasync.train.dqn's) and the agent's
+  (--agent.*, its unrolls' included)."""
+
+  algo: ClassVar[str] = "impala"
+
+  run: Annotated[ja.RunConfig, experiment.Flat] = dataclasses.field(
+      default_factory=cartpole_run)
+  actors: Annotated[ja.ActorsConfig, experiment.Flat] = dataclasses.field(
+      default_factory=experiment.on_policy_actors)
+  agent: ja.IMPALAConfig = dataclasses.field(default_factory=cartpole_agent)
+
+
+def main(args: Args) -> dict:
+  return experiment.run(args, "IMPALA", ja.IMPALA, experiment.annealed_agent(args))
+
+
+def cli(argv: list[str] | None = None) -> None:
+  """``python -m jaxasync.train impala [flags]``: parses ``argv`` (default: the command line)
+  and runs, with one ``error:`` line for bad input or a failed run."""
+  experiment.run_cli(lambda: main(tyro.cli(Args, args=argv, description=__doc__)))
