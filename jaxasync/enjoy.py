@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import jax
-import numpy as np
 import tyro
 
 import jaxasync as ja
 from jaxasync import experiment
+from jaxasync.video import record_episodes, write_video
 
 
 @dataclasses.dataclass
@@ -118,59 +118,6 @@ def restore_agent(record: dict, directory: Path, env: Any) -> tuple[ja.Agent, An
     raise ja.ConfigError(f"{directory} cannot be restored into the run's agent ({e}); is it "
                          "a checkpoint of this run?") from None
   return agent, agent.policy_params(state), meta
-
-
-def record_episodes(agent: ja.Agent, params: Any, env_id: str, episodes: int, seed: int
-                    ) -> tuple[list[np.ndarray], list[float]]:
-  """Frames and returns of ``episodes`` episodes of the evaluation policy on one
-  ``gym.make(env_id, render_mode="rgb_array")``."""
-  import gymnasium as gym
-  env = gym.make(env_id, render_mode="rgb_array")
-  rng = np.random.default_rng(seed)
-  params = ja.param_store.to_cpu(params)
-  frames, returns = [], []
-  try:
-    for k in range(episodes):
-      obs, _ = env.reset(seed=seed + k)
-      actor_state = agent.initial_actor_state(ja.ActorContext(num_envs=1, evaluation=True))
-      total, done = 0.0, False
-      frames.append(env.render())
-      while not done:
-        action, _, actor_state = agent.act(params, obs[None], actor_state, rng, explore=False)
-        obs, reward, terminated, truncated, _ = env.step(action[0])
-        total += float(reward)
-        done = terminated or truncated
-        frames.append(env.render())
-      returns.append(total)
-  finally:
-    env.close()
-  return frames, returns
-
-
-def write_video(path: str | os.PathLike, frames: list[np.ndarray], fps: int) -> Path:
-  """Writes ``frames`` (``[H, W, 3]`` uint8) as a GIF (Pillow) or MP4 (imageio + ffmpeg),
-  into a temporary file renamed into place when whole."""
-  path = Path(path)
-  suffix = path.suffix.lower()
-  if suffix not in (".gif", ".mp4"):
-    raise ja.ConfigError(f"--video {path}: name a .gif or .mp4 file.")
-  tmp = path.with_name(f".{path.name}.tmp{suffix}")
-  try:
-    if suffix == ".gif":
-      from PIL import Image
-      images = [Image.fromarray(f) for f in frames]
-      images[0].save(tmp, save_all=True, append_images=images[1:], loop=0,
-                     duration=max(1, round(1000 / fps)))
-    else:
-      import imageio.v2 as imageio
-      imageio.mimsave(tmp, frames, fps=fps)
-  except ImportError as e:
-    raise ja.ConfigError(f"--video {path} needs {e.name}: pip install 'jaxasync[video]'.") from None
-  except Exception:
-    tmp.unlink(missing_ok=True)
-    raise
-  os.replace(tmp, path)
-  return path
 
 
 def enjoy(args: EnjoyArgs) -> dict:

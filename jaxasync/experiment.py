@@ -69,6 +69,10 @@ class RunArgs:
   """continue from this checkpoint directory instead (implies --resume)."""
   allow_changes: tuple[str, ...] = ()
   """on --resume: settings that may differ from the saved run's (e.g. --agent.learning-rate)."""
+  # Recorded from one render_mode="rgb_array" env of the evaluation env id, never the training
+  # vector env, by a thread of its own (the learner does not wait).
+  capture_video: int = 0
+  """record one evaluation episode to <logdir>/videos every N evaluations and of the final params (GIF; MP4 with the video extra); 0: none."""
   run: Annotated[ja.RunConfig, Flat] = dataclasses.field(
       default_factory=lambda: ja.RunConfig(save_interval=10_000))
   # One actor process beside the learner on >= 2 cores ('auto'), params published every 10 SGD
@@ -173,7 +177,8 @@ def default_envs(args: RunArgs) -> tuple[Any, Any]:
 RESUME_SAFE = ("run.max_opts", "run.max_env_steps", "run.duration", "run.target_eval_reward",
                "run.eval_interval", "run.eval_episodes", "run.record_interval",
                "run.save_interval", "run.logdir", "run.keep_checkpoints", "run.save_replay",
-               "run.stall_warning", "run.stall_timeout", "run.learner_devices", "actors")
+               "run.stall_warning", "run.stall_timeout", "run.learner_devices", "actors",
+               "capture_video")
 # How a run is started or shown, not what it is: never compared.
 NOT_COMPARED = ("resume", "resume_from", "allow_changes", "run.overwrite", "run.progress")
 
@@ -411,6 +416,13 @@ def _run(args: RunArgs, title: str, agent_cls: type[ja.Agent], agent_cfg: Any,
   # that would make its corrected rerun need --overwrite.
   run_config.validate()
   actors.validate()
+  if args.capture_video < 0:
+    raise ja.ConfigError(f"capture_video must be >= 0 evaluations (0: no videos), got "
+                         f"{args.capture_video}.")
+  if args.capture_video > 0:
+    from jaxasync.video import check_renders, check_writer
+    check_writer()
+    check_renders(args.eval_env_id or args.env_id)
   settings = flat_settings(args)
   save_config = lambda: write_config(args.logdir, settings, title, env, agent_cls, agent_cfg,
                                      eval_env)
@@ -425,9 +437,15 @@ def _run(args: RunArgs, title: str, agent_cls: type[ja.Agent], agent_cfg: Any,
       ja.ConsoleRecorder(("env_steps", "opt_steps", "samples_per_sec", "opt_steps_per_sec",
                           "loss", "eval_reward")) if not run_config.progress
       else ja.NullRecorder())
+  hooks, videos = [], None
+  if args.capture_video > 0 and run_config.eval_interval > 0:
+    from jaxasync.video import VideoHook
+    videos = VideoHook(agent, args.eval_env_id or args.env_id, Path(args.logdir) / "videos",
+                       seed=run_config.seed + 10_000)
+    hooks.append(ja.Hook(run_config.eval_interval * args.capture_video, videos, "video"))
   try:
     trainer = ja.Trainer(agent, env, run_config, actors, recorder, eval_env,
-                         agent_factory=agent_factory, resume=resume)
+                         agent_factory=agent_factory, hooks=hooks, resume=resume)
     replay = trainer.replay
     replay_text = (f" ({type(replay).__name__}: {replay.bytes_per_item:.0f} bytes per "
                    f"transition, {replay.nbytes / 2**30:.2f} GiB)" if replay is not None else "")
@@ -436,7 +454,15 @@ def _run(args: RunArgs, title: str, agent_cls: type[ja.Agent], agent_cfg: Any,
           + (f" ({actors.num_envs} envs)" if actors.lockstep
              else f" ({actors.num_actors} actor(s) x {actors.num_envs} envs)")
           + f", logs and checkpoints in {os.path.abspath(args.logdir)}", flush=True)
-    summary = trainer.train()
+    try:
+      summary = trainer.train()
+      if videos is not None:  # and the final params, as the final evaluation
+        videos.submit(trainer.learner.policy_params(), trainer.learner.opt_steps)
+    finally:
+      if videos is not None:
+        videos.close()  # (waits for the videos in flight; raises what one of them met)
+    if videos is not None:
+      print(f"videos: {', '.join(str(p) for p in videos.written)}", flush=True)
   except ja.ConfigError:  # nothing trained (no checkpoint could be resumed): the saved
     raise                 # config still describes the checkpoints
   except BaseException:

@@ -13,7 +13,7 @@ import tyro
 from PIL import Image
 
 import jaxasync as ja
-from jaxasync import enjoy, experiment
+from jaxasync import enjoy, experiment, video
 
 import dqn  # experiments/*.py (experiments/ is on pytest's pythonpath)
 import ppo
@@ -64,7 +64,7 @@ def test_video_frames_match_the_episode(run_dir, tmp_path):
   record = json.loads((run_dir / "config.json").read_text())
   factory = enjoy.eval_factory(record, None)
   agent, params, _ = enjoy.restore_agent(record, run_dir / "final", factory)
-  frames, returns = enjoy.record_episodes(agent, params, factory.env_id, 2, seed=3)
+  frames, returns = video.record_episodes(agent, params, factory.env_id, 2, seed=3)
   steps = sum(returns) if "CartPole" in factory.env_id else 2 * 200
   assert len(frames) == steps + 2 and frames[0].dtype == np.uint8
 

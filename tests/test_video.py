@@ -1,0 +1,50 @@
+"""--capture-video: episodes of the current params recorded beside the run, in a thread of their
+own, and a refusal in one line for envs that do not render RGB frames."""
+
+import pytest
+import tyro
+from PIL import Image
+
+import jaxasync as ja
+from jaxasync import experiment, video
+
+import dqn  # experiments/dqn.py (experiments/ is on pytest's pythonpath)
+
+
+def _args(tmp_path, *flags):
+  return tyro.cli(dqn.Args, args=["--mode", "sync", "--max-opts", "300", "--eval-interval",
+                                  "100", "--agent.warmup-period", "200", "--no-progress",
+                                  "--logdir", str(tmp_path / "run"), *flags])
+
+
+def test_videos_of_every_second_evaluation_and_of_the_final_params(tmp_path):
+  summary = dqn.main(_args(tmp_path, "--capture-video", "2"))
+  assert summary["opt_steps"] == 300
+  written = sorted((tmp_path / "run" / "videos").iterdir())
+  # evaluations at 100, 200, 300: videos at 200 (every second one) and 300 (the final params)
+  assert [p.name for p in written] == [f"200{video.video_suffix()}", f"300{video.video_suffix()}"]
+  if video.video_suffix() == ".gif":
+    with Image.open(written[-1]) as gif:
+      frames = gif.n_frames
+      size = gif.size
+    assert frames >= 9 and size == (600, 400)  # CartPole's 600x400 frames, one per step + reset
+
+
+def test_an_env_without_rgb_frames_is_refused_before_the_run_starts(tmp_path):
+  with pytest.raises(ja.ConfigError, match="render RGB images"):
+    dqn.main(_args(tmp_path, "--capture-video", "1", "--env-id", "MinAtar/Breakout-v1"))
+  assert not (tmp_path / "run").exists()  # refused before the logdir was touched
+  with pytest.raises(ja.ConfigError, match=r"capture_video \(--capture-video\) must be >= 0"):
+    dqn.main(_args(tmp_path, "--capture-video", "-1"))
+
+
+def test_a_failed_recording_is_raised_not_swallowed(tmp_path):
+  env = ja.EnvFactory("CartPole-v1")
+  obs_space, action_space = ja.envs.spaces_of(env)
+  agent = ja.DQN(ja.DQNConfig(), obs_space, action_space)
+  hook = video.VideoHook(agent, "CartPole-v1", tmp_path / "videos")
+  (tmp_path / "videos").rmdir()
+  (tmp_path / "videos").write_text("not a directory")  # every write now fails
+  hook.submit(agent.policy_params(agent.init(__import__("jax").random.PRNGKey(0))), 1)
+  with pytest.raises(OSError):
+    hook.close()
