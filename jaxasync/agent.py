@@ -77,6 +77,14 @@ class Agent(abc.ABC):
   batch_size: int
   data: DataPipeline
 
+  def keep_config(self, config: Any, obs_space: gym.Space, action_space: gym.Space) -> None:
+    """Keeps a validated ``config`` (with ``batch_size`` and its pipeline ``data``) and the
+    spaces: sets ``config``, ``obs_space``, ``action_space``, ``batch_size`` and ``data``."""
+    self.config = config
+    self.obs_space, self.action_space = obs_space, action_space
+    self.batch_size = config.batch_size
+    self.data = config.data
+
   # --- learner side ----------------------------------------------------------------------
   @abc.abstractmethod
   def init(self, key: chex.PRNGKey) -> PyTree:

@@ -127,15 +127,8 @@ class Trainer:
                                seed=run.seed + 10_000)
     chunk_steps = agent.data.chunk_steps(actors)
     if actors.lockstep:
-      self.param_store = ThreadParamStore()
-      actor_config = ActorConfig(num_envs=actors.num_envs, chunk_steps=chunk_steps,
-                                 collector=collector, seed=run.seed)
-      env = env_factory(actors.num_envs, seed=run.seed)
-      # (A resumed run whose actor does not pickle starts it on fresh seeds.)
-      seed = run.seed if not resumes else actor_seed(run.seed, 0, 1_000 * resumes)
-      shared = ActorShared(np.full(1, resumed_env_steps, np.int64), np.full(1, -1, np.int64))
-      self.feed = LockstepFeed(Actor(0, agent, env, actor_config, self.param_store, shared,
-                                     seed=seed + 1, env_seed=seed))
+      self.feed = self._make_lockstep_feed(agent, env_factory, collector, chunk_steps, resumes,
+                                           resumed_env_steps)
       sync_interval = 1  # the lock-step actor acts on the params of the last update call
     else:
       self.feed = self._make_actor_feed(agent, agent_factory, env_factory, collector,
@@ -182,6 +175,20 @@ class Trainer:
                    f"{free / 2**30:.1f} GiB free): a resumed run refills it. Pass "
                    "save_replay=True to keep it anyway.")
     return False
+
+  def _make_lockstep_feed(self, agent, env_factory, collector, chunk_steps: int,
+                          resumes: int, resumed_env_steps: int) -> LockstepFeed:
+    """The synchronous run's one actor, in the loop's thread, reading a ``ThreadParamStore``."""
+    run, actors = self.config, self.actors
+    self.param_store = ThreadParamStore()
+    actor_config = ActorConfig(num_envs=actors.num_envs, chunk_steps=chunk_steps,
+                               collector=collector, seed=run.seed)
+    env = env_factory(actors.num_envs, seed=run.seed)
+    # (A resumed run whose actor does not pickle starts it on fresh seeds.)
+    seed = run.seed if not resumes else actor_seed(run.seed, 0, 1_000 * resumes)
+    shared = ActorShared(np.full(1, resumed_env_steps, np.int64), np.full(1, -1, np.int64))
+    return LockstepFeed(Actor(0, agent, env, actor_config, self.param_store, shared,
+                              seed=seed + 1, env_seed=seed))
 
   def _make_actor_feed(self, agent, agent_factory, env_factory, collector,
                        chunk_steps: int, resumes: int = 0, resumed_env_steps: int = 0

@@ -167,11 +167,8 @@ class DiscreteActorCritic(Agent):
              name: str) -> None:
     check_discrete_actor_critic_spaces(obs_space, action_space, env_id, name)
     check_torso(config.torso, obs_space.shape, env_id)
-    self.config = config
-    self.obs_space, self.action_space = obs_space, action_space
+    self.keep_config(config, obs_space, action_space)
     self.num_actions = int(action_space.n)
-    self.batch_size = config.batch_size
-    self.data = config.data
     torso = (default_torso(obs_space.shape, obs_space.dtype) if config.torso == "auto"
              else config.torso)
     self.network = ActorCriticNetwork(self.num_actions, torso, tuple(config.hidden_sizes),

@@ -267,10 +267,7 @@ class DQN(Agent):
     check_discrete_q_spaces(obs_space, action_space, env_id)
     config.validate()
     check_torso(config.torso, obs_space.shape, env_id)
-    self.config = config
-    self.obs_space, self.action_space = obs_space, action_space
-    self.batch_size = config.batch_size
-    self.data = config.data
+    self.keep_config(config, obs_space, action_space)
     self.num_actions = int(action_space.n)
     torso = (default_torso(obs_space.shape, obs_space.dtype) if config.torso == "auto"
              else config.torso)

@@ -219,10 +219,7 @@ class SAC(Agent):
     check_continuous_spaces(obs_space, action_space, env_id)
     config.validate()
     check_torso(config.torso, obs_space.shape, env_id)
-    self.config = config
-    self.obs_space, self.action_space = obs_space, action_space
-    self.batch_size = config.batch_size
-    self.data = config.data
+    self.keep_config(config, obs_space, action_space)
     self.action_dim = int(action_space.shape[0])
     self.low = np.asarray(action_space.low, np.float32)
     self.high = np.asarray(action_space.high, np.float32)
