@@ -93,25 +93,34 @@ def runs_root(args: RunArgs) -> Path:
   return Path("runs") / type(args).algo
 
 
+def run_name_prefix(args: RunArgs) -> str:
+  """``<env>__seed<seed>__``: how the runs of one env and seed are named under ``runs_root``."""
+  return f"{args.env_id.replace('/', '-').replace(':', '-')}__seed{args.run.seed}__"
+
+
 def with_logdir(args: RunArgs, now: float | None = None) -> RunArgs:
   """``args`` with ``run.logdir`` set when it was not given: for a new run a fresh
   ``runs/<algo>/<env>__seed<seed>__<YYYYmmdd-HHMMSS>`` (``-2``, ``-3``... when taken); for
-  ``--resume-from`` the checkpoint's run directory; for ``--resume`` the newest run under
-  ``runs/<algo>`` (``ConfigError`` when there is none)."""
+  ``--resume-from`` the checkpoint's run directory; for ``--resume`` the newest run of the same
+  env and seed under ``runs/<algo>`` (``ConfigError`` when there is none)."""
   if args.run.logdir is not None:
     return args
   if args.resume_from:
     logdir = str(Path(args.resume_from).resolve().parent)
   elif args.resume:
-    runs = sorted(runs_root(args).glob(f"*/{CONFIG_FILE}"), key=lambda p: p.stat().st_mtime)
+    # The newest start of this env and seed, by the time in its name (a config.json's mtime
+    # moves each time a run is resumed).
+    prefix = run_name_prefix(args)
+    runs = sorted(p.parent for p in runs_root(args).glob(f"{prefix}*/{CONFIG_FILE}"))
     if not runs:
-      raise ja.ConfigError(f"--resume without --logdir continues the newest run under "
-                           f"{runs_root(args)}, and there is none; pass the --logdir of the run.")
-    logdir = str(runs[-1].parent)
-    print(f"resume: the newest run under {runs_root(args)}: {logdir}", flush=True)
+      raise ja.ConfigError(f"--resume without --logdir continues the newest run of "
+                           f"{runs_root(args)}/{prefix}*, and there is none; pass the --logdir "
+                           "of the run.")
+    logdir = str(runs[-1])
+    print(f"resume: the newest run of this env and seed: {logdir}", flush=True)
   else:
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
-    name = f"{args.env_id.replace('/', '-').replace(':', '-')}__seed{args.run.seed}__{stamp}"
+    name = f"{run_name_prefix(args)}{stamp}"
     base = runs_root(args) / name
     logdir, n = base, 1
     while logdir.exists():
@@ -278,7 +287,13 @@ def rebuilt(record: dict) -> Any:
     if isinstance(v, dict) and "class" in v and "fields" in v:
       return rebuilt(v)
     return tuple(v) if isinstance(v, list) else v
-  return imported(record["class"])(**{k: value(v) for k, v in record["fields"].items()})
+  cls = imported(record["class"])
+  try:
+    return cls(**{k: value(v) for k, v in record["fields"].items()})
+  except TypeError as e:  # fields a later jaxasync moved or renamed
+    raise ja.ConfigError(f"the saved {cls.__name__} does not fit this jaxasync's ({e}): the run "
+                         "was saved by an earlier version; rebuild its config in Python to "
+                         "restore it.") from None
 
 
 def write_config(logdir: str | os.PathLike, settings: dict, title: str, env: Any,
@@ -368,7 +383,8 @@ def check_resume(args: RunArgs, settings: dict, agent_cfg: Any = None) -> None:
   refused, applied = resume_changes(record.get("settings", {}), settings, args.allow_changes,
                                     flattened)
   if refused:
-    names = " ".join(r.split()[0] for r in refused)
+    names = " ".join(r.split()[0].removeprefix("--") for r in refused)  # (a bare --x would
+    # be read as a flag of its own)
     raise ja.ConfigError(
         f"--resume would continue the run saved in {path.parent} with settings it was not "
         f"trained with: "
@@ -407,6 +423,15 @@ def run(args: RunArgs, title: str, agent_cls: type[ja.Agent], agent_cfg: Any,
 def _run(args: RunArgs, title: str, agent_cls: type[ja.Agent], agent_cfg: Any,
          envs: tuple[Any, Any] | None) -> dict:
   env, eval_env = envs if envs is not None else default_envs(args)
+  if args.capture_video > 0:  # (recorded from gym.make(env_id, render_mode="rgb_array"))
+    if type(eval_env) is not ja.EnvFactory:
+      raise ja.ConfigError(f"capture_video records gymnasium envs made by id; the evaluation "
+                           f"env here is a {type(eval_env).__name__} ({eval_env.env_id}), whose "
+                           "frames the agent would not see that way. Record a saved run with "
+                           "python -m jaxasync.enjoy --video instead.")
+    from jaxasync.video import check_renders, check_writer
+    check_writer()
+    check_renders(eval_env.env_id)
   run_config, actors = args.run, args.actors
   resume = args.resume_from or args.resume  # a checkpoint path, or True: the newest
   obs_space, action_space = ja.envs.spaces_of(env)
@@ -419,10 +444,6 @@ def _run(args: RunArgs, title: str, agent_cls: type[ja.Agent], agent_cfg: Any,
   if args.capture_video < 0:
     raise ja.ConfigError(f"capture_video must be >= 0 evaluations (0: no videos), got "
                          f"{args.capture_video}.")
-  if args.capture_video > 0:
-    from jaxasync.video import check_renders, check_writer
-    check_writer()
-    check_renders(args.eval_env_id or args.env_id)
   settings = flat_settings(args)
   save_config = lambda: write_config(args.logdir, settings, title, env, agent_cls, agent_cfg,
                                      eval_env)
@@ -438,11 +459,12 @@ def _run(args: RunArgs, title: str, agent_cls: type[ja.Agent], agent_cfg: Any,
                           "loss", "eval_reward")) if not run_config.progress
       else ja.NullRecorder())
   hooks, videos = [], None
-  if args.capture_video > 0 and run_config.eval_interval > 0:
+  if args.capture_video > 0:
     from jaxasync.video import VideoHook
-    videos = VideoHook(agent, args.eval_env_id or args.env_id, Path(args.logdir) / "videos",
+    videos = VideoHook(agent, eval_env.env_id, Path(args.logdir) / "videos",
                        seed=run_config.seed + 10_000)
-    hooks.append(ja.Hook(run_config.eval_interval * args.capture_video, videos, "video"))
+    if run_config.eval_interval > 0:  # (without evaluations: the final params only)
+      hooks.append(ja.Hook(run_config.eval_interval * args.capture_video, videos, "video"))
   try:
     trainer = ja.Trainer(agent, env, run_config, actors, recorder, eval_env,
                          agent_factory=agent_factory, hooks=hooks, resume=resume)
@@ -456,11 +478,14 @@ def _run(args: RunArgs, title: str, agent_cls: type[ja.Agent], agent_cfg: Any,
           + f", logs and checkpoints in {os.path.abspath(args.logdir)}", flush=True)
     try:
       summary = trainer.train()
-      if videos is not None:  # and the final params, as the final evaluation
-        videos.submit(trainer.learner.policy_params(), trainer.learner.opt_steps)
-    finally:
+    except BaseException:
       if videos is not None:
-        videos.close()  # (waits for the videos in flight; raises what one of them met)
+        videos.close(wait=False)  # (the run's own error is the one to report)
+      raise
+    if videos is not None:
+      if not trainer.ledger.interrupted:  # the final params too, as the final evaluation
+        videos.submit(trainer.learner.policy_params(), trainer.learner.opt_steps)
+      videos.close()  # (waits for the videos in flight; raises what one of them met)
     if videos is not None:
       print(f"videos: {', '.join(str(p) for p in videos.written)}", flush=True)
   except ja.ConfigError:  # nothing trained (no checkpoint could be resumed): the saved

@@ -6,8 +6,9 @@ params every few evaluations of a run, in a thread of its own so the learner nev
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
+import queue
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import numpy as np
 
 from jaxasync.agent import ActorContext, Agent
 from jaxasync.errors import ConfigError
+from jaxasync.faults import logger
 from jaxasync.param_store import host_copy, to_cpu
 
 
@@ -115,8 +117,9 @@ def write_video(path: str | os.PathLike, frames: list[np.ndarray], fps: int) -> 
 class VideoHook:
   """``Hook`` function: one episode of the current params to ``<directory>/<opt_steps>.<ext>``
   per call, recorded and written by one background thread (the learner hands over a host
-  copy of the params and goes on); ``close`` waits for the videos in flight and raises the
-  first error any of them met.
+  copy of the params and goes on). A recording that fails is logged and kept, and the others
+  go on; ``close`` waits for those in flight and raises the first failure. The thread is a
+  daemon: a process that must exit never waits for an episode being recorded.
 
   Args:
     agent: the learner's agent (its ``act`` on a single env).
@@ -128,39 +131,53 @@ class VideoHook:
 
   def __init__(self, agent: Agent, env_id: str, directory: str | os.PathLike, fps: int = 30,
                seed: int = 0):
-    check_renders(env_id)
     self.agent, self.env_id, self.fps, self.seed = agent, env_id, fps, seed
     self.directory = Path(directory)
     self.directory.mkdir(parents=True, exist_ok=True)
     self.suffix = video_suffix()
-    self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="video")
-    self._pending: list[concurrent.futures.Future] = []
     self.written: list[Path] = []
+    self.error: BaseException | None = None
+    self._jobs: queue.Queue = queue.Queue()
+    self._thread = threading.Thread(target=self._work, name="video", daemon=True)
+    self._thread.start()
 
   def __call__(self, loop) -> None:
     self.submit(loop.learner.policy_params(), loop.learner.opt_steps)
 
   def submit(self, params: Any, opt_steps: int) -> None:
     """Records ``params`` (copied to the host now) as ``<opt_steps>.<ext>``, in the background."""
-    self._raise_done()
-    self._pending.append(self._pool.submit(self._record, host_copy(params), opt_steps))
+    self._jobs.put((host_copy(params), opt_steps))
 
-  def _record(self, params: Any, opt_steps: int) -> Path:
-    frames, _ = record_episodes(self.agent, params, self.env_id, 1, self.seed)
-    path = write_video(self.directory / f"{opt_steps}{self.suffix}", frames, self.fps)
-    self.written.append(path)
-    return path
+  def _work(self) -> None:
+    while True:
+      job = self._jobs.get()
+      try:
+        if job is None:
+          return
+        params, opt_steps = job
+        frames, _ = record_episodes(self.agent, params, self.env_id, 1, self.seed)
+        self.written.append(write_video(self.directory / f"{opt_steps}{self.suffix}", frames,
+                                        self.fps))
+      except Exception as e:  # kept for close(); the run goes on
+        logger.warning(f"the video of SGD step {job[1]} could not be recorded "
+                       f"({type(e).__name__}: {e})")
+        if self.error is None:
+          self.error = e
+      finally:
+        self._jobs.task_done()
 
-  def _raise_done(self) -> None:
-    for future in [f for f in self._pending if f.done()]:
-      self._pending.remove(future)
-      future.result()  # (raises what the recording raised)
-
-  def close(self) -> None:
-    """Waits for the videos in flight; raises the first error one of them met."""
-    try:
-      for future in self._pending:
-        future.result()
-    finally:
-      self._pending = []
-      self._pool.shutdown(wait=True)
+  def close(self, wait: bool = True) -> None:
+    """Ends the recording thread; with ``wait``, after the videos in flight, then raises the
+    first failure (without: drops what is queued, for a run that is ending on an error)."""
+    if not wait:
+      while True:
+        try:
+          self._jobs.get_nowait()
+          self._jobs.task_done()
+        except queue.Empty:
+          break
+    self._jobs.put(None)
+    if wait:
+      self._thread.join()
+      if self.error is not None:
+        raise self.error

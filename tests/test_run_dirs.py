@@ -33,18 +33,27 @@ def test_new_runs_get_their_own_directory(tmp_path, monkeypatch):
   assert experiment.with_logdir(given) is given  # an explicit --logdir is kept as it is
 
 
-def test_resume_without_logdir_takes_the_newest_run(tmp_path, monkeypatch):
+def test_resume_without_logdir_takes_the_newest_run_of_this_env_and_seed(tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
   with pytest.raises(ja.ConfigError, match="there is none; pass the --logdir"):
     experiment.with_logdir(_args("--resume"))
-  for name, mtime in (("a", 100), ("b", 300), ("c", 200)):
-    config = tmp_path / "runs" / "dqn" / name / experiment.CONFIG_FILE
+  root = tmp_path / "runs" / "dqn"
+  for name, mtime in (("CartPole-v1__seed0__20261125-100000", 300),  # resumed last: newest mtime
+                      ("CartPole-v1__seed0__20261125-120000", 100),  # started last
+                      ("CartPole-v1__seed1__20261125-130000", 200),  # another seed
+                      ("Acrobot-v1__seed0__20261125-140000", 200)):  # another env
+    config = root / name / experiment.CONFIG_FILE
     config.parent.mkdir(parents=True)
     config.write_text(json.dumps({"settings": {}}))
     os.utime(config, (mtime, mtime))
-  assert experiment.with_logdir(_args("--resume")).logdir == str(Path("runs/dqn/b"))
-  assert newest_run(tmp_path / "runs" / "dqn") == tmp_path / "runs" / "dqn" / "b"
-  assert newest_run(tmp_path / "runs" / "dqn" / "c") == tmp_path / "runs" / "dqn" / "c"
-  checkpoint = tmp_path / "runs" / "dqn" / "a" / "final"
+  assert (experiment.with_logdir(_args("--resume")).logdir
+          == str(Path("runs/dqn/CartPole-v1__seed0__20261125-120000")))
+  assert (experiment.with_logdir(_args("--resume", "--seed", "1")).logdir
+          == str(Path("runs/dqn/CartPole-v1__seed1__20261125-130000")))
+  # enjoy takes the newest run in a directory of runs (by its config.json), or the run named
+  assert newest_run(root) == root / "CartPole-v1__seed0__20261125-100000"
+  named = root / "Acrobot-v1__seed0__20261125-140000"
+  assert newest_run(named) == named
+  checkpoint = named / "final"
   resumed = experiment.with_logdir(_args("--resume-from", str(checkpoint)))
-  assert resumed.logdir == str(checkpoint.parent)
+  assert resumed.logdir == str(checkpoint.parent.resolve())

@@ -1,6 +1,7 @@
 """--capture-video: episodes of the current params recorded beside the run, in a thread of their
 own, and a refusal in one line for envs that do not render RGB frames."""
 
+import jax
 import pytest
 import tyro
 from PIL import Image
@@ -30,21 +31,30 @@ def test_videos_of_every_second_evaluation_and_of_the_final_params(tmp_path):
     assert frames >= 9 and size == (600, 400)  # CartPole's 600x400 frames, one per step + reset
 
 
-def test_an_env_without_rgb_frames_is_refused_before_the_run_starts(tmp_path):
-  with pytest.raises(ja.ConfigError, match="render RGB images"):
+def test_without_evaluations_the_final_params_are_recorded(tmp_path):
+  dqn.main(_args(tmp_path, "--capture-video", "3", "--eval-interval", "0"))
+  assert [p.name for p in (tmp_path / "run" / "videos").iterdir()] == [
+      f"300{video.video_suffix()}"]
+
+
+def test_an_env_the_agent_sees_otherwise_is_refused_before_the_run_starts(tmp_path):
+  with pytest.raises(ja.ConfigError, match="records gymnasium envs made by id.*MinAtarEnvFactory"):
     dqn.main(_args(tmp_path, "--capture-video", "1", "--env-id", "MinAtar/Breakout-v1"))
   assert not (tmp_path / "run").exists()  # refused before the logdir was touched
   with pytest.raises(ja.ConfigError, match=r"capture_video \(--capture-video\) must be >= 0"):
     dqn.main(_args(tmp_path, "--capture-video", "-1"))
 
 
-def test_a_failed_recording_is_raised_not_swallowed(tmp_path):
+def test_a_failed_recording_is_raised_at_close_and_the_next_ones_still_run(tmp_path):
   env = ja.EnvFactory("CartPole-v1")
   obs_space, action_space = ja.envs.spaces_of(env)
   agent = ja.DQN(ja.DQNConfig(), obs_space, action_space)
   hook = video.VideoHook(agent, "CartPole-v1", tmp_path / "videos")
   (tmp_path / "videos").rmdir()
   (tmp_path / "videos").write_text("not a directory")  # every write now fails
-  hook.submit(agent.policy_params(agent.init(__import__("jax").random.PRNGKey(0))), 1)
+  params = agent.policy_params(agent.init(jax.random.PRNGKey(0)))
+  hook.submit(params, 1)
+  hook.submit(params, 2)  # (a failure does not stop the thread: this one is tried too)
   with pytest.raises(OSError):
     hook.close()
+  assert hook.written == [] and not hook._thread.is_alive()
