@@ -187,7 +187,7 @@ class ReplayConfig(DataPipeline):
     min_tol = k * batch + (self.samples_per_insert or 0.0) * chunk_items
     limiter = RateLimiter(self.samples_per_insert,
                           max(self.samples_per_insert_tolerance, min_tol), self.warmup_period)
-    return ReplaySource(replay, batch, k, limiter, min_size=self.warmup_period,
+    return ReplaySource(replay, batch, k, limiter, warmup_items=self.warmup_period,
                         max_train_frequency=self.max_train_frequency,
                         beta_anneal_steps=run.max_opts, chunk_items=chunk_items)
 

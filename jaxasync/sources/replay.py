@@ -163,8 +163,8 @@ class ReplaySource:
     batch_size: items per SGD step (the agent's).
     updates_per_call: ``k`` SGD steps per update call.
     limiter: ``RateLimiter`` or ``UpdateCredit``; ``None``: no ratio (sample whenever the
-      replay can serve a call and holds ``min_size`` items).
-    min_size: items the replay must hold before the first call (the warmup, counted in items).
+      replay can serve a call and holds ``warmup_items`` items).
+    warmup_items: items the replay must hold before the first call (the warmup, counted in items).
     max_train_frequency: at most this many SGD steps per second since ``start_clock``; ``None``:
       no cap.
     beta_anneal_steps: with a prioritized replay, anneal its importance-sampling exponent
@@ -174,7 +174,7 @@ class ReplaySource:
 
   def __init__(self, replay: ReplayBuffer, batch_size: int, updates_per_call: int = 1,
                limiter: Limiter | None = None,
-               min_size: int = 0, max_train_frequency: float | None = None,
+               warmup_items: int = 0, max_train_frequency: float | None = None,
                beta_anneal_steps: int = 0, chunk_items: int = 1):
     if updates_per_call < 1:
       raise ConfigError(f"updates_per_call must be >= 1, got {updates_per_call}.")
@@ -186,7 +186,7 @@ class ReplaySource:
           "could ever be sampled and the run would never train. Raise replay_capacity, or "
           "lower updates_per_call or batch_size.")
     self.replay, self.batch_size, self.updates_per_call = replay, batch_size, updates_per_call
-    self.limiter, self.warmup_items, self.chunk_items = limiter, min_size, chunk_items
+    self.limiter, self.warmup_items, self.chunk_items = limiter, warmup_items, chunk_items
     self.max_train_frequency = max_train_frequency
     self.prioritized = isinstance(replay, PrioritizedReplayBuffer)
     self._beta0 = replay.beta if self.prioritized else None
