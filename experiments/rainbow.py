@@ -1,13 +1,15 @@
 """Rainbow (Hessel et al. 2018), synchronous or asynchronous, with every component switchable.
 
 Rainbow = double Q + prioritized replay + dueling head + n-step returns + C51
-distributional head + noisy nets. All six are on by default; each one turns off
-with a flag, so ablations are one flag away:
+distributional head + noisy nets (jaxasync.rainbow_config). All six are on by default; each
+one turns off with a flag, C51 by choosing another loss (a subcommand, after every other
+flag), so ablations are one flag away:
 
   python experiments/rainbow.py                           # --preset cartpole, CartPole-v1
   python experiments/rainbow.py --mode sync --seed 3 --target-eval-reward 475
   python experiments/rainbow.py --no-noisy                # epsilon-greedy instead of noisy nets
-  python experiments/rainbow.py --n-step 1 --no-dueling --num-atoms 1 --no-prioritized --no-double-q
+  python experiments/rainbow.py --n-step 1 --no-dueling --no-prioritized loss:q-learning --loss.no-double-q
+  python experiments/rainbow.py loss:categorical --loss.no-double-q --loss.num-atoms 21
   python experiments/rainbow.py --preset minatar          # MinAtar Breakout, CPU-sized
   python experiments/rainbow.py --preset minatar --env-id MinAtar/SpaceInvaders-v1
   python experiments/rainbow.py --preset atari            # Dopamine-style Atari (ALE/Pong-v5)

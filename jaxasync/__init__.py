@@ -3,7 +3,9 @@
 from jaxasync.actor import ActorConfig
 from jaxasync.agent import ActorContext, Agent
 from jaxasync.actor_manager import ActorManager, ActorStats
-from jaxasync.agents.dqn import DQN, DQNConfig, DQNState
+from jaxasync.agents.dqn import DQN, DQNConfig, DQNState, rainbow_config, rainbow_replay
+from jaxasync.agents.dqn_losses import Categorical, Munchausen, QLearning
+from jaxasync.agents.target_updates import HardCopy, Polyak
 from jaxasync.agents.sac import SAC, SACConfig, SACState
 from jaxasync.agents.actor_critic import ActorCriticConfig, ActorCriticState
 from jaxasync.agents.impala import IMPALA, IMPALAConfig
@@ -49,6 +51,7 @@ __all__ = [
     "ActorsConfig",
     "Agent",
     "AtariEnvFactory",
+    "Categorical",
     "Chunk",
     "ChunkQueue",
     "ConfigError",
@@ -63,6 +66,7 @@ __all__ = [
     "Evaluator",
     "FrameReplayBuffer",
     "FrameStepProcessor",
+    "HardCopy",
     "InferenceClient",
     "InferenceServer",
     "Hook",
@@ -76,13 +80,16 @@ __all__ = [
     "MinAtarEnvFactory",
     "ModelInfo",
     "MultiRecorder",
+    "Munchausen",
     "NonFiniteError",
     "CheckpointError",
     "NullRecorder",
     "PPO",
     "PPOConfig",
+    "Polyak",
     "PrioritizedFrameReplayBuffer",
     "PrioritizedReplayBuffer",
+    "QLearning",
     "QueueSource",
     "RateLimiter",
     "Recorder",
@@ -115,6 +122,8 @@ __all__ = [
     "learner_devices",
     "linear_beta",
     "linear_epsilon",
+    "rainbow_config",
+    "rainbow_replay",
     "restore_checkpoint",
     "save_checkpoint",
 ]

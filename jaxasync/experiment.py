@@ -28,6 +28,8 @@ import os
 import re
 import sys
 import time
+import types
+import typing
 from pathlib import Path
 from typing import Annotated, Any, Callable, ClassVar
 
@@ -38,8 +40,9 @@ from jaxasync.minatar import is_minatar_id
 
 CONFIG_FILE = "config.json"
 # config.json's "settings" layout: 2 since the settings were split by owner (run., actors.,
-# agent.data.); a saved config without it cannot be compared field by field.
-SETTINGS_LAYOUT = 2
+# agent.data.), 3 since a union field records its class (DQN's agent.loss); a saved config
+# without it cannot be compared field by field.
+SETTINGS_LAYOUT = 3
 
 Flat = tyro.conf.arg(name="")  # a nested config whose flags carry no prefix of their own
 
@@ -194,18 +197,34 @@ NOT_COMPARED = ("resume", "resume_from", "allow_changes", "run.overwrite", "run.
 
 def flat_settings(args: Any) -> dict[str, Any]:
   """``args`` (a dataclass of flags, nested dataclasses included) as ``{"agent.data.gamma":
-  0.99, ...}``, values as JSON gives them back (tuples as lists)."""
-  return json.loads(json.dumps(_flatten(dataclasses.asdict(args)), default=str))
+  0.99, ...}``, values as JSON gives them back (tuples as lists). A field whose type is a
+  union of dataclasses (a subcommand on the command line) also names the variant chosen:
+  ``{"agent.loss": "munchausen", "agent.loss.alpha": 0.9, ...}``."""
+  return json.loads(json.dumps(_flatten(args), default=str))
 
 
-def _flatten(tree: dict, prefix: str = "") -> dict:
+def _flatten(obj: Any, prefix: str = "") -> dict:
   out = {}
-  for key, value in tree.items():
-    if isinstance(value, dict):
-      out.update(_flatten(value, f"{prefix}{key}."))
+  for f in dataclasses.fields(obj):
+    value = getattr(obj, f.name)
+    if dataclasses.is_dataclass(value):
+      if _is_union(type(obj), f.name):
+        out[prefix + f.name] = variant_name(type(value))
+      out.update(_flatten(value, f"{prefix}{f.name}."))
     else:
-      out[prefix + key] = value
+      out[prefix + f.name] = value
   return out
+
+
+def _is_union(cls: type, field: str) -> bool:
+  """Whether ``cls.field`` is declared as a union (``QLearning | Munchausen | Categorical``)."""
+  return typing.get_origin(typing.get_type_hints(cls)[field]) in (typing.Union, types.UnionType)
+
+
+def variant_name(cls: type) -> str:
+  """The name of a union field's variant as its subcommand spells it (tyro's: the class name
+  in kebab case, ``QLearning`` -> ``q-learning``)."""
+  return re.sub(r"((?<=[a-z0-9])[A-Z]|(?!^)[A-Z](?=[a-z]))", r"-\1", cls.__name__).lower()
 
 
 def flag(field: str, flattened: tuple[str, ...] = RunArgs.flattened) -> str:
@@ -229,7 +248,7 @@ def field_name(text: str, fields, flattened: tuple[str, ...] = RunArgs.flattened
 def spelt_for_cli(message: str, fields, flattened: tuple[str, ...] = RunArgs.flattened) -> str:
   """``message`` (a library error, which names config fields) with each field it names followed
   by its flag: ``"lower learner_devices"`` -> ``"lower learner_devices (--learner-devices)"``,
-  ``"num_q_networks=1"`` -> ``"num_q_networks=1 (--agent.num-q-networks)"``. The one place
+  ``"num_q_networks=1"`` -> ``"num_q_networks=1 (--agent.loss.num-q-networks)"``. The one place
   fields become flags. A field is recognised by its name when that has an underscore, by
   ``name=`` otherwise (``seed=3``; a bare ``seed`` may be prose); names that two groups share
   (``batch_size``) are left alone."""
@@ -261,10 +280,12 @@ def described(obj: Any) -> dict:
 
 
 def described_flat(record: dict, prefix: str = "") -> dict:
-  """``described``'s fields as ``{"data.n_step": 5, ...}``."""
+  """``described``'s fields as ``{"data.n_step": 5, ...}``, each nested config's class under
+  its own name (``{"loss": "jaxasync.agents.dqn_losses.Munchausen", "loss.alpha": 0.9}``)."""
   out = {}
   for key, value in record["fields"].items():
     if isinstance(value, dict) and "class" in value and "fields" in value:
+      out[prefix + key] = value["class"]
       out.update(described_flat(value, f"{prefix}{key}."))
     else:
       out[prefix + key] = value
@@ -341,18 +362,28 @@ def resume_changes(saved: dict, current: dict, allowed: tuple[str, ...] = (),
   """Compares a saved run's flags with a resume's (both ``flat_settings``): returns (refused,
   applied), each a list of ``"--flag NEW (was OLD)"``. A change is applied when its field or
   a group above it is in ``RESUME_SAFE`` or ``allowed``, or when the saved config predates
-  the field; refused otherwise; the fields of ``NOT_COMPARED`` are left out."""
+  the field; refused otherwise; the fields of ``NOT_COMPARED`` are left out. A union field
+  whose variant changed is one change, ``"agent.loss:NEW (was agent.loss:OLD)"``; the
+  variants' own fields are then not compared."""
   names = set(saved) | set(current)
   permitted = set(RESUME_SAFE) | {field_name(a, names, flattened) for a in allowed}
+  # A union field names its variant and has fields of its own below it.
+  changed_variants = {name for name in names
+                      if saved.get(name) != current.get(name)
+                      and any(other.startswith(name + ".") for other in names)}
   refused, applied = [], []
   for name in sorted(names - set(NOT_COMPARED)):
     old, new = saved.get(name, "<absent>"), current.get(name, "<absent>")
-    if old == new:
+    if old == new or any(name.startswith(v + ".") for v in changed_variants):
       continue
-    if name not in saved:  # a setting added since the run was saved: its old value is unknown
+    if name in changed_variants:
+      command = flag(name, flattened).removeprefix("--")
+      text = f"{command}:{new} (was {command}:{old})"
+    elif name not in saved:  # a setting added since the run was saved: its old value is unknown
       applied.append(f"{flag(name, flattened)} {_shown(new)} (not in the saved config)")
       continue
-    text = f"{flag(name, flattened)} {_shown(new)} (was {_shown(old)})"
+    else:
+      text = f"{flag(name, flattened)} {_shown(new)} (was {_shown(old)})"
     parts = name.split(".")
     ok = any(".".join(parts[:i]) in permitted for i in range(1, len(parts) + 1))
     (applied if ok else refused).append(text)
@@ -383,8 +414,8 @@ def check_resume(args: RunArgs, settings: dict, agent_cfg: Any = None) -> None:
   refused, applied = resume_changes(record.get("settings", {}), settings, args.allow_changes,
                                     flattened)
   if refused:
-    names = " ".join(r.split()[0].removeprefix("--") for r in refused)  # (a bare --x would
-    # be read as a flag of its own)
+    # (a bare --x would be read as a flag of its own; a variant is allowed by its field's name)
+    names = " ".join(r.split()[0].removeprefix("--").split(":")[0] for r in refused)
     raise ja.ConfigError(
         f"--resume would continue the run saved in {path.parent} with settings it was not "
         f"trained with: "

@@ -83,7 +83,9 @@ Run (from the repository root; the full default matrix is 6 rows x 3 modes x 5 s
   python scripts/bench_learning.py --dry-run                          # print the commands only
 --extra's value is split like a shell command line and appended to every run's flags, so it
 overrides the row's and the mode's. A single flag without a space must be given with '=':
---extra=--no-double-q (argparse takes a lone value starting with '-' for an option).
+--extra=--no-dueling (argparse takes a lone value starting with '-' for an option). A subcommand
+(a loss: --extra "agent.loss:q-learning --agent.loss.num-q-networks 2") comes after every other
+flag of the run, so --extra, which comes last, is where it goes.
 """
 
 from __future__ import annotations
@@ -696,7 +698,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
   p.add_argument("--extra", action="append", default=[],
                  help="flags appended to every run, one string split like a shell line "
                       "(repeatable): --extra \"--max-opts 20000 --eval-interval 500\"; one flag alone "
-                      "needs the '=': --extra=--agent.no-munchausen")
+                      "needs the '=': --extra=--agent.no-layer-norm")
   p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
   args = p.parse_args(argv)
   try:

@@ -9,8 +9,8 @@ import pytest
 pytest.importorskip("ale_py")
 pytest.importorskip("cv2")
 
-from jaxasync import (ActorsConfig, DQN, DQNConfig, ReplayConfig, RunConfig,  # noqa: E402
-                      Trainer)
+from jaxasync import (ActorsConfig, Categorical, DQN, DQNConfig, ReplayConfig,  # noqa: E402
+                      RunConfig, Trainer)
 from jaxasync.atari import AtariEnvFactory, is_atari_id  # noqa: E402
 from jaxasync.errors import ConfigError
 from jaxasync.envs import spaces_of  # noqa: E402
@@ -193,8 +193,8 @@ def test_trainer_runs_pong_end_to_end_with_the_frame_replay():
   # (The replay given is the one its data describes: frames stored once, prioritized.)
   data = ReplayConfig(warmup_period=120, opt_interval=4.0, n_step=3, reward_clip=1.0,
                       replay_capacity=150, frames=True, prioritized=True, priority_alpha=0.5)
-  agent = DQN(DQNConfig(batch_size=8, learning_rate=1e-4, num_atoms=11, dueling=True,
-                        noisy=True, target_update_period=20, data=data),
+  agent = DQN(DQNConfig(batch_size=8, learning_rate=1e-4, loss=Categorical(num_atoms=11),
+                        dueling=True, noisy=True, data=data),
               obs_space, action_space, factory.env_id)
   replay = PrioritizedFrameReplayBuffer(
       transition_example(obs_space, action_space), 150, seed=0, alpha=0.5)
@@ -219,8 +219,8 @@ def test_async_rainbow_runs_pong_on_envpool_in_an_actor_process():
   obs_space, action_space = spaces_of(factory)
   data = ReplayConfig(warmup_period=100, n_step=3, reward_clip=1.0, replay_capacity=400,
                       frames=True, prioritized=True, priority_alpha=0.5)
-  agent_config = DQNConfig(batch_size=8, num_atoms=11, dueling=True, noisy=True,
-                           target_update_period=20, data=data)
+  agent_config = DQNConfig(batch_size=8, loss=Categorical(num_atoms=11), dueling=True,
+                           noisy=True, data=data)
   replay = PrioritizedFrameReplayBuffer(
       transition_example(obs_space, action_space), 400, seed=0, alpha=0.5)
   config = RunConfig(max_opts=20, updates_per_call=2, eval_interval=0, record_interval=0,

@@ -66,6 +66,19 @@ def test_resume_changes_sorts_refused_from_applied():
       [], ["--agent.n-step 3 (not in the saved config)"])
 
 
+def test_a_changed_loss_is_one_change_and_its_fields_are_not_compared():
+  saved = experiment.flat_settings(tyro.cli(dqn.Args, args=[]))
+  now = experiment.flat_settings(tyro.cli(dqn.Args, args=["agent.loss:categorical"]))
+  assert now["agent.loss"] == "categorical" and "agent.loss.alpha" not in now
+  refused, applied = experiment.resume_changes(saved, now)
+  assert (refused, applied) == (["agent.loss:categorical (was agent.loss:munchausen)"], [])
+  refused, applied = experiment.resume_changes(saved, now, ("agent.loss",))
+  assert (refused, applied) == ([], ["agent.loss:categorical (was agent.loss:munchausen)"])
+  # Rainbow's flags have no agent prefix: nor has its loss subcommand.
+  assert experiment.resume_changes(saved, now, flattened=("run", "actors", "data", "agent"))[0] == [
+      "loss:categorical (was loss:munchausen)"]
+
+
 def test_the_run_saves_its_flags_and_a_changed_resume_is_refused_in_one_line(tmp_path):
   logdir = tmp_path / "run"
   _dqn(logdir)
@@ -73,6 +86,8 @@ def test_the_run_saves_its_flags_and_a_changed_resume_is_refused_in_one_line(tmp
   assert record["algorithm"] == "DQN" and record["action_space"] == "Discrete(2)"
   assert record["settings"]["agent.hidden_sizes"] == [16]
   assert record["settings"]["agent.learning_rate"] == 1e-3
+  assert record["settings"]["agent.loss"] == "munchausen"  # the loss's class, then its fields
+  assert record["settings"]["agent.loss.alpha"] == 0.9
   # Each of these trained on silently before (issue 30), or failed as a "damaged checkpoint".
   for flags, named in [(["--env-id", "CartPole-v0"], "--env-id CartPole-v0 (was CartPole-v1)"),
                        # (listed in the order of the fields' dotted names: agent.data.gamma
@@ -80,7 +95,10 @@ def test_the_run_saves_its_flags_and_a_changed_resume_is_refused_in_one_line(tmp
                        (["--agent.learning-rate", "0.1", "--agent.gamma", "0.5"],
                         "--agent.gamma 0.5 (was 0.99); --agent.learning-rate 0.1 (was 0.001)"),
                        (["--agent.n-step", "1"], "--agent.n-step 1 (was 5)"),
-                       (["--agent.no-munchausen"], "--agent.munchausen False (was True)"),
+                       (["agent.loss:q-learning"],
+                        "agent.loss:q-learning (was agent.loss:munchausen)"),
+                       (["agent.loss:munchausen", "--agent.loss.alpha", "0.5"],
+                        "--agent.loss.alpha 0.5 (was 0.9)"),
                        (["--agent.hidden-sizes", "32", "32"], "--agent.hidden-sizes 32 32 (was 16)")]:
     with pytest.raises(ja.ConfigError) as e:
       _dqn(logdir, "--resume", *flags)

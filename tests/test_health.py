@@ -122,8 +122,9 @@ def test_greedy_q_metrics_by_hand():
 
 
 @pytest.mark.parametrize("config", [
-    dict(), dict(num_atoms=11, v_min=-5.0, v_max=5.0), dict(num_q_networks=3),
-    dict(noisy=True), dict(munchausen=True, dueling=True)],
+    dict(), dict(loss=ja.Categorical(num_atoms=11, v_min=-5.0, v_max=5.0)),
+    dict(loss=ja.QLearning(num_q_networks=3)), dict(noisy=True),
+    dict(loss=ja.Munchausen(), dueling=True)],
     ids=["dqn", "c51", "ensemble", "noisy", "munchausen"])
 def test_dqn_loss_reports_gap_and_max_of_its_q_values(config):
   """DQN.loss's action_gap and q_max against numpy on the same params' q_values (the expected

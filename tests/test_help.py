@@ -29,8 +29,8 @@ ON_POLICY = ("experiments/impala.py", "experiments/ppo.py")
 CELL = re.compile(r"│([^│]*)│")  # one box's row: the text between its left and right borders
 # Each script's agent flags to look for ("--agent." prefixed but for rainbow.py's).
 AGENT_FLAGS = {
-    "experiments/dqn.py": ("--agent.v-min", "--agent.eps-decay-steps", "--agent.apex-alpha"),
-    "experiments/rainbow.py": ("--v-min", "--eps-decay-steps", "--apex-alpha"),
+    "experiments/dqn.py": ("--agent.noisy-sigma0", "--agent.eps-decay-steps", "--agent.apex-alpha"),
+    "experiments/rainbow.py": ("--noisy-sigma0", "--eps-decay-steps", "--apex-alpha"),
     "experiments/sac.py": ("--agent.tau", "--agent.policy-delay", "--agent.target-entropy"),
     "experiments/impala.py": ("--agent.vtrace-lambda", "--agent.gamma", "--agent.max-policy-lag"),
     "experiments/ppo.py": ("--agent.gae-lambda", "--agent.num-epochs", "--agent.gamma"),
@@ -135,3 +135,30 @@ def test_torso_choices_match_the_networks():
   from jaxasync.networks import TORSOS
   choices = typing.get_args(typing.get_type_hints(ja.DQNConfig)["torso"])
   assert choices == ("auto", *TORSOS)
+
+
+# Each subcommand's help (a loss, a target update): its own flags, each described (the run's
+# are on the main help).
+SUBCOMMAND_FLAGS = {
+    ("experiments/dqn.py", "agent.loss:categorical"): ("--agent.loss.v-min",
+                                                       "--agent.loss.num-atoms"),
+    ("experiments/dqn.py", "agent.loss:munchausen"): ("--agent.loss.alpha",
+                                                      "--agent.loss.num-q-networks"),
+    ("experiments/rainbow.py", "loss:q-learning"): ("--loss.double-q", "--loss.huber-delta"),
+    ("experiments/dqn.py", "agent.target-update:hard-copy"): ("--agent.target-update.period",),
+    ("experiments/rainbow.py", "target-update:polyak"): ("--target-update.tau",),
+}
+
+
+@pytest.mark.parametrize("script, subcommand", sorted(SUBCOMMAND_FLAGS))
+def test_subcommands_describe_their_flags(script, subcommand):
+  env = {**os.environ, "COLUMNS": "200"}
+  proc = subprocess.run([sys.executable, script, subcommand, "--help"], cwd=REPO, env=env,
+                        text=True, capture_output=True, timeout=120)
+  assert proc.returncode == 0, f"{script} {subcommand} --help failed:\n{proc.stderr[-3000:]}"
+  options = parse_options(re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout))
+  for flag in SUBCOMMAND_FLAGS[script, subcommand]:
+    assert flag in options, f"{flag} not found in {script} {subcommand} --help"
+  undescribed = [flag for flag, (_, description) in options.items()
+                 if not description.rsplit("(default:", 1)[0].strip()]
+  assert not undescribed, f"{script} {subcommand} --help: undescribed options: {undescribed}"

@@ -126,8 +126,8 @@ def test_minatar_cnn_matches_a_numpy_reference():
 
 def test_dqn_on_minatar_picks_the_minatar_torso():
   obs_space, action_space = spaces_of(ja.MinAtarEnvFactory("MinAtar/SpaceInvaders-v1"))
-  agent = ja.DQN(ja.DQNConfig(hidden_sizes=(32,), num_atoms=5, dueling=True), obs_space,
-                 action_space)
+  agent = ja.DQN(ja.DQNConfig(hidden_sizes=(32,), loss=ja.Categorical(num_atoms=5), dueling=True),
+                 obs_space, action_space)
   assert agent.network.torso == "minatar_cnn"
   state = agent.init(jax.random.PRNGKey(0))
   assert "MinAtarCNN_0" in state.params["params"]
@@ -141,12 +141,13 @@ def test_rainbow_minatar_preset_runs_end_to_end(tmp_path):
   rb = rainbow_module()
   args = rb.parse(["--preset", "minatar"])
   a = args.agent
-  assert (a.learning_rate, a.adam_eps, a.batch_size, a.num_atoms) == (1e-4, 3.125e-4, 32, 51)
+  assert (a.learning_rate, a.adam_eps, a.batch_size, a.loss.num_atoms) == (1e-4, 3.125e-4, 32, 51)
   d = a.data
-  assert (a.v_min, a.v_max, a.noisy, a.dueling, d.reward_clip) == (-100.0, 100.0, True, True, 0)
+  assert (a.loss.v_min, a.loss.v_max, a.noisy, a.dueling, d.reward_clip) == (
+      -100.0, 100.0, True, True, 0)
   assert (d.n_step, d.replay_capacity, d.warmup_period, d.opt_interval) == (
       3, 100_000, 1_000, 4.0)
-  assert a.target_update_period * d.opt_interval == 1_000  # env steps per target copy
+  assert a.target_update.period * d.opt_interval == 1_000  # env steps per target copy
   args = dataclasses.replace(
       args, actors=dataclasses.replace(args.actors, mode="sync"),
       run=dataclasses.replace(args.run, max_opts=40, eval_interval=20, eval_episodes=1,

@@ -13,7 +13,8 @@ from helpers import BOX4, rainbow_module
 from helpers import host as _host
 from helpers import random_batch as _random_batch
 
-from jaxasync import DQN, ConfigError, DQNConfig, ReplayBuffer, restore_checkpoint, save_checkpoint
+from jaxasync import (DQN, Categorical, ConfigError, DQNConfig, QLearning, ReplayBuffer,
+                      restore_checkpoint, save_checkpoint)
 from jaxasync.agents.q_network import (NoisyDense, QNetwork, factorized_noise,
                                        factorized_noise_scale)
 
@@ -141,8 +142,8 @@ def test_init_state_has_a_key():
 
 @pytest.mark.parametrize("config", [
     dict(),
-    dict(dueling=True, num_atoms=11, v_min=0.0, v_max=10.0),
-    dict(double_q=False),
+    dict(dueling=True, loss=Categorical(num_atoms=11, v_min=0.0, v_max=10.0)),
+    dict(loss=QLearning(double_q=False)),
 ])
 def test_noisy_update(config):
   agent = _agent(learning_rate=1e-2, **config)
@@ -264,19 +265,20 @@ def test_rainbow_cartpole_preset_has_every_component():
   args = rb.parse([])
   a = args.agent
   assert args.preset == "cartpole" and args.env_id == "CartPole-v1"
-  assert a.noisy and a.dueling and a.double_q and a.num_atoms > 1 and a.noisy_sigma0 == 0.5
-  assert a.v_min == 0.0 and a.v_max >= 1 / (1 - a.data.gamma) - 1e-6
+  assert a.noisy and a.dueling and a.loss.double_q and a.loss.num_atoms > 1
+  assert a.noisy_sigma0 == 0.5
+  assert a.loss.v_min == 0.0 and a.loss.v_max >= 1 / (1 - a.data.gamma) - 1e-6
   assert a.data.n_step == 3 and a.data.prioritized
   assert (a.data.priority_alpha, a.data.priority_beta) == (0.5, 0.4)
 
 
 def test_rainbow_flags_switch_components_off():
   rb = rainbow_module()
-  args = rb.parse(["--no-noisy", "--n-step", "1", "--no-dueling", "--num-atoms", "1",
-                   "--no-prioritized", "--no-double-q", "--mode", "sync"])
+  args = rb.parse(["--no-noisy", "--n-step", "1", "--no-dueling", "--no-prioritized",
+                   "--mode", "sync", "loss:q-learning", "--loss.no-double-q"])
   a = args.agent
-  assert not (a.noisy or a.dueling or a.double_q or a.data.prioritized)
-  assert a.num_atoms == 1 and a.data.n_step == 1 and args.actors.mode == "sync"
+  assert not (a.noisy or a.dueling or a.loss.double_q or a.data.prioritized)
+  assert a.loss.num_atoms == 1 and a.data.n_step == 1 and args.actors.mode == "sync"
   assert rb.components(args) == "none (plain DQN)"
   agent = DQN(a, BOX4, gym.spaces.Discrete(2))
   # (The replay comes from the agent's data now: the plain uniform one, as the trainer's
@@ -289,13 +291,13 @@ def test_rainbow_atari_preset():
   rb = rainbow_module()
   args = rb.parse(["--preset", "atari"])
   a = args.agent
-  assert (a.learning_rate, a.adam_eps, a.batch_size, a.num_atoms) == (6.25e-5, 1.5e-4, 32, 51)
+  assert (a.learning_rate, a.adam_eps, a.batch_size, a.loss.num_atoms) == (6.25e-5, 1.5e-4, 32, 51)
   d = a.data
-  assert (a.v_min, a.v_max, d.reward_clip) == (-10.0, 10.0, 1.0)
+  assert (a.loss.v_min, a.loss.v_max, d.reward_clip) == (-10.0, 10.0, 1.0)
   assert (d.n_step, d.gamma, d.replay_capacity, d.warmup_period) == (
       3, 0.99, 1_000_000, 20_000)
   assert d.opt_interval == 4.0
-  assert a.target_update_period * d.opt_interval * 4 == 32_000  # frames, 4 per env step
+  assert a.target_update.period * d.opt_interval * 4 == 32_000  # frames, 4 per env step
   assert (d.priority_alpha, d.priority_beta) == (0.5, 0.4)
   # A flag after the preset overrides it.
   assert rb.parse(["--preset", "atari", "--learning-rate", "1e-4"]).agent.learning_rate == 1e-4

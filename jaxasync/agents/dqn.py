@@ -1,5 +1,9 @@
 """DQN and its Rainbow-style extensions: an ``Agent`` (``jaxasync.agent``) over pure functions.
 
+The loss is one object chosen by ``DQNConfig.loss`` (``jaxasync.agents.dqn_losses``):
+``QLearning`` (double by default, optionally a Maxmin ensemble), ``Munchausen`` or
+``Categorical`` (C51); the network head is built from what it needs (atoms, ensemble size).
+
 The contract's pieces:
   * ``policy(params, obs, rng, explore)``: greedy actions, one jitted call on whatever device
     ``params`` live on (actors commit their copy to the CPU; SEED inference servers run it for
@@ -30,7 +34,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-import rlax
 import tyro
 
 from jaxasync.agent import ActorContext, Agent, key_data
@@ -39,7 +42,9 @@ from jaxasync.agents.exploration import (EpsilonState, apex_epsilons, epsilon_gr
 from jaxasync.errors import ConfigError
 from jaxasync.envs import check_box_observations
 from jaxasync.agents import optimizers
+from jaxasync.agents.dqn_losses import Categorical, DQNLoss, QLearning, QOutputs
 from jaxasync.agents.q_network import QNetwork
+from jaxasync.agents.target_updates import HardCopy, Polyak, TargetUpdate
 from jaxasync.networks import TORSOS, Torso, check_torso, default_torso
 from jaxasync.pipeline import ReplayConfig
 from jaxasync.types import Transition
@@ -65,31 +70,13 @@ class DQNConfig:
     adam_eps: Adam epsilon.
     max_grad_norm: global-norm gradient clipping threshold; 0: none.
     batch_size: transitions per SGD step.
-    double_q: double Q-learning: the online network selects the bootstrap action (with
-      munchausen: its softmax policy weights the soft value), the target network values it.
-    num_q_networks: independently initialised Q-networks whose minimum is the Q-value, for
-      acting, for selecting the bootstrap action (double_q: the minimum of the online
-      networks) and for its value (the minimum of the target networks); all networks are
-      regressed on that shared target every SGD step (Lan et al. 2020's Maxmin Q-learning
-      updates one network, chosen at random, per step; 2 is discrete clipped double Q).
-      The minimum counters the maximum's overestimation; expected-Q heads only (num_atoms 1).
-    munchausen: Munchausen DQN (Vieillard et al. 2020, the munchausen_target function): the
-      target adds the scaled, clipped log-probability of the taken action under the target
-      network's softmax policy (once, for the first of the n steps) and bootstraps on the
-      soft value (of the online network's policy with double_q).
-      The bonus is an implicit KL penalty between successive policies (the paper), so an
-      error in Q moves the greedy policy a little instead of flipping it.
-    munchausen_alpha: scale of the log-policy bonus (0.9 in the paper).
-    munchausen_tau: softmax temperature, in return units (0.03 in the paper).
-    munchausen_clip: lower clip (< 0) of munchausen_tau * log pi (-1 in the paper).
-    huber_delta: Huber loss threshold (expected-Q loss only).
-    target_update_period: SGD steps between hard target copies (used when tau is 1).
-    tau: Polyak factor: the target moves this fraction of the way to the online params per
-      SGD step (0.005: a ~200-step average); 1: hard copies every target_update_period.
+    loss: the loss, which also decides the Q head: QLearning (expected Q, double by
+      default), Munchausen (expected Q, Munchausen target) or Categorical (C51); the first two
+      may regress a Maxmin ensemble (num_q_networks). On the command line: a subcommand after
+      every other flag, its own flags after it.
+    target_update: how the target network follows the online one: Polyak (averaging, tau
+      per SGD step) or HardCopy (a copy every period SGD steps); a subcommand, as loss is.
     dueling: dueling head (separate value and advantage streams).
-    num_atoms: 1: expected Q; more: C51 distributional head over [v_min, v_max].
-    v_min: lowest return on the C51 support (used when num_atoms > 1).
-    v_max: highest return on the C51 support (used when num_atoms > 1).
     eps_start: epsilon-greedy exploration at env step 0.
     eps_end: epsilon-greedy exploration after eps_decay_steps.
     eps_decay_steps: env steps (all envs together) over which epsilon falls linearly from
@@ -116,19 +103,11 @@ class DQNConfig:
   adam_eps: float = 1e-8
   max_grad_norm: float = 10.0
   batch_size: int = 128
-  double_q: bool = True
-  num_q_networks: int = 1
-  munchausen: bool = False
-  munchausen_alpha: float = 0.9
-  munchausen_tau: float = 0.03
-  munchausen_clip: float = -1.0
-  huber_delta: float = 1.0
-  target_update_period: int = 250
-  tau: float = 0.005
+  # Unions: each variant carries only the settings it uses, so a combination without a
+  # meaning (Maxmin over C51, a copy period beside Polyak averaging) cannot be written.
+  loss: DQNLoss = dataclasses.field(default_factory=QLearning)
+  target_update: TargetUpdate = dataclasses.field(default_factory=Polyak)
   dueling: bool = False
-  num_atoms: int = 1
-  v_min: float = -10.0
-  v_max: float = 10.0
   eps_start: float = 1.0
   eps_end: float = 0.05
   eps_decay_steps: int = 10_000
@@ -148,31 +127,8 @@ class DQNConfig:
       raise ConfigError("hidden_sizes must name at least one layer width, e.g. (64, 64).")
     if self.batch_size < 1:
       raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}.")
-    if not 0.0 < self.tau <= 1.0:
-      raise ConfigError(f"tau must be in (0, 1], got {self.tau}.")
-    if self.num_q_networks < 1:
-      raise ConfigError(f"num_q_networks must be >= 1, got {self.num_q_networks}.")
-    if self.num_q_networks > 1 and self.num_atoms > 1:
-      raise ConfigError(
-          f"num_q_networks={self.num_q_networks} takes the minimum of expected Q-values; with "
-          f"num_atoms={self.num_atoms} (C51) there is no such minimum. Use "
-          "num_q_networks=1 with C51, or num_atoms=1.")
-    if self.munchausen and not (self.munchausen_tau > 0 and 0 <= self.munchausen_alpha <= 1
-                                and self.munchausen_clip < 0):
-      raise ConfigError(
-          f"munchausen_tau={self.munchausen_tau}, munchausen_alpha={self.munchausen_alpha}, "
-          f"munchausen_clip={self.munchausen_clip}: need munchausen_tau > 0, 0 <= "
-          "munchausen_alpha <= 1 and munchausen_clip < 0 (the paper's: 0.03, 0.9, -1).")
-    if self.munchausen and self.num_atoms > 1:
-      raise ConfigError("munchausen applies to expected-Q heads; with num_atoms "
-                        f"{self.num_atoms} (C51) set munchausen=False (the DQN preset turns it "
-                        "on), or use num_atoms=1.")
-    if self.target_update_period < 1:
-      raise ConfigError(f"target_update_period must be >= 1, got {self.target_update_period}.")
-    if self.num_atoms < 1 or (self.num_atoms > 1 and self.v_min >= self.v_max):
-      raise ConfigError(
-          f"num_atoms={self.num_atoms}, v_min={self.v_min}, v_max={self.v_max}: need "
-          "num_atoms >= 1 and v_min < v_max.")
+    self.loss.validate()
+    self.target_update.validate()
     if not (0.0 <= self.eps_end <= 1.0 and 0.0 <= self.eps_start <= 1.0
             and 0.0 <= self.eval_epsilon <= 1.0):
       raise ConfigError("eps_start and eps_end must be in [0, 1], and so must eval_epsilon.")
@@ -193,36 +149,25 @@ class DQNConfig:
     self.data.validate(self.batch_size)
 
 
-def munchausen_target(q_target_tm1: jnp.ndarray, a_tm1: jnp.ndarray, r_t: jnp.ndarray,
-                      discount_t: jnp.ndarray, q_target_t: jnp.ndarray, tau: float,
-                      alpha: float, clip: float,
-                      q_selector_t: jnp.ndarray | None = None) -> jnp.ndarray:
-  """The Munchausen-DQN target of one transition (Vieillard et al. 2020, eq. 2).
+def rainbow_replay(**changes: Any) -> ReplayConfig:
+  """Rainbow's data (Hessel et al. 2018): 3-step returns into a proportional prioritized
+  replay (priority exponent 0.5, importance exponent 0.4 annealed to 1); ``changes`` set the
+  rest of the ``ReplayConfig`` (capacity, warmup, replay ratio) or override these."""
+  return ReplayConfig(**{"n_step": 3, "prioritized": True, "priority_alpha": 0.5,
+                         "priority_beta": 0.4, **changes})
 
-  ``y = r_t + alpha * clip(tau * log pi(a_tm1 | s_tm1), clip, 0)
-  + discount_t * sum_a pi(a | s_t) (q_target_t[a] - tau * log pi(a | s_t))``, with
-  ``pi = softmax(q_target / tau)`` the target network's soft policy.
 
-  Args:
-    q_target_tm1: target Q-values at ``s_tm1``, ``[A]``.
-    a_tm1: the action taken, int scalar.
-    r_t: the (n-step) return, scalar; the bonus is the first step's only.
-    discount_t: the bootstrap discount (``gamma^n``, 0 at termination), scalar.
-    q_target_t: target Q-values at the bootstrap state, ``[A]``.
-    tau: softmax temperature (> 0).
-    alpha: bonus scale in [0, 1].
-    clip: lower bound ``l0 < 0`` of ``tau * log pi``.
-    q_selector_t: Q-values ``[A]`` whose soft policy weights the bootstrap (double Q: the
-      online network's); None: the target network's own, as in the paper.
-
-  Returns:
-    The target, a scalar (no gradient flows through it).
-  """
-  tau_log_pi_tm1 = tau * jax.nn.log_softmax(q_target_tm1 / tau)
-  bonus = alpha * jnp.clip(tau_log_pi_tm1[a_tm1], clip, 0.0)
-  log_pi_t = jax.nn.log_softmax((q_target_t if q_selector_t is None else q_selector_t) / tau)
-  soft_value_t = jnp.sum(jnp.exp(log_pi_t) * (q_target_t - tau * log_pi_t))
-  return jax.lax.stop_gradient(r_t + bonus + discount_t * soft_value_t)
+def rainbow_config(v_min: float, v_max: float, data: ReplayConfig | None = None,
+                   **changes: Any) -> DQNConfig:
+  """Rainbow (Hessel et al. 2018) as a ``DQNConfig``, its six components on: double Q and C51
+  with 51 atoms over ``[v_min, v_max]`` (the ``Categorical`` loss), a dueling head, noisy nets
+  (sigma0 0.5), and ``rainbow_replay``'s n-step returns and prioritized replay (``data``: one
+  built by ``rainbow_replay(...)`` with the run's sizes), with hard target copies
+  (``HardCopy``; its period in ``changes``, as the other fields: sizes, learning rate)."""
+  return DQNConfig(**{"loss": Categorical(double_q=True, num_atoms=51, v_min=v_min, v_max=v_max),
+                      "dueling": True, "noisy": True, "noisy_sigma0": 0.5,
+                      "target_update": HardCopy(), "data": rainbow_replay() if data is None
+                      else data, **changes})
 
 
 @flax.struct.dataclass
@@ -253,8 +198,8 @@ def check_discrete_q_spaces(obs_space: gym.Space, action_space: gym.Space, env_i
 
 
 class DQN(Agent):
-  """Double DQN with optional dueling, C51, Munchausen and Maxmin-ensemble variants, for Box
-  observations and Discrete actions.
+  """DQN with the loss ``config.loss`` (double Q, Munchausen, C51; Maxmin ensembles) and
+  optional dueling and noisy heads, for Box observations and Discrete actions.
 
   Args:
     config: hyperparameters.
@@ -272,21 +217,22 @@ class DQN(Agent):
     torso = (default_torso(obs_space.shape, obs_space.dtype) if config.torso == "auto"
              else config.torso)
     network_cls = QNetwork
-    if config.num_q_networks > 1:
+    if config.loss.num_q_networks > 1:
       # N networks in one call: params and outputs get a leading axis of N.
       network_cls = nn.vmap(QNetwork, variable_axes={"params": 0},
                             split_rngs={"params": True, "noise": True}, in_axes=None,
-                            out_axes=0, axis_size=config.num_q_networks)
+                            out_axes=0, axis_size=config.loss.num_q_networks)
     self.network = network_cls(
         num_actions=self.num_actions,
         torso=torso,
         hidden_sizes=tuple(config.hidden_sizes), layer_norm=config.layer_norm,
         dueling=config.dueling,
-        num_atoms=config.num_atoms, noisy=config.noisy, sigma0=config.noisy_sigma0)
+        num_atoms=config.loss.num_atoms, noisy=config.noisy, sigma0=config.noisy_sigma0)
+    # A categorical head's atoms (None for expected Q), computed here, outside jit, once.
+    self.support = config.loss.support()
     self.optimizer = optimizers.adam_with_clipping(
         config.learning_rate, config.adam_eps, config.max_grad_norm,
         config.learning_rate_decay_steps, config.learning_rate_end)
-    self.atoms = jnp.linspace(config.v_min, config.v_max, config.num_atoms)
     self.greedy_actions = jax.jit(self._greedy_actions)
     self.noisy_greedy_actions = jax.jit(self._noisy_greedy_actions)
     self._jitted_update = jax.jit(self._update, donate_argnums=0)
@@ -327,12 +273,7 @@ class DQN(Agent):
                key: chex.PRNGKey | None = None) -> jnp.ndarray:
     """Expected Q-values ``[B, A]`` (noisy nets: with noise from ``key``, else the mean
     network); the minimum over the networks when there are several."""
-    return self._expected_q(self.apply(params, obs, key))
-
-  def _min_over_networks(self, q: jnp.ndarray) -> jnp.ndarray:
-    """``[N, B, A]`` -> ``[B, A]``, the minimum over the ``num_q_networks`` axis; ``[B, A]``
-    passes through when there is one network."""
-    return jnp.min(q, axis=0) if self.config.num_q_networks > 1 else q
+    return self.config.loss.expected_q(self.apply(params, obs, key), self.support)
 
   def _greedy_actions(self, params: PyTree, obs: jnp.ndarray) -> jnp.ndarray:
     """Argmax of Q; for noisy nets, of the mean (noise-free) network."""
@@ -409,58 +350,27 @@ class DQN(Agent):
            ) -> tuple[jnp.ndarray, tuple[jnp.ndarray, dict]]:
     """Importance-weighted loss over a batch ``[B]``; aux: per-item priorities ``[B]`` and metrics.
 
-    Noisy nets: ``key`` is split into independent noise for online(obs),
+    Runs the forward passes ``config.loss`` reads (``QOutputs``) and weights its per-item
+    losses. Noisy nets: ``key`` is split into independent noise for online(obs),
     online(next_obs) and target(next_obs) (Munchausen's target(obs) shares the target's);
     ``None`` uses the mean networks.
     """
-    c = self.config
-    reward = batch.reward  # n-step return, of clipped rewards if data.reward_clip
+    c, loss_fn = self.config, self.config.loss
     k_tm1 = k_t = k_target = None
     if c.noisy and key is not None:
       k_tm1, k_t, k_target = jax.random.split(key, 3)
-    # Double Q: the online network selects the bootstrap action (Munchausen: weights the soft
-    # value with its softmax policy), the target network values it. Munchausen also needs the
-    # target network on obs.
     online_tm1 = self.apply(params, batch.obs, k_tm1)
     target_t, target_tm1 = self._forward_pair(target_params, batch.next_obs, batch.obs,
-                                              k_target, k_target, both=c.munchausen)
-    online_t = (jax.lax.stop_gradient(self.apply(params, batch.next_obs, k_t)) if c.double_q
-                else target_t)
-    action = batch.action.astype(jnp.int32)
-    if c.num_atoms == 1:
-      # Expected Q, one path for one network or N (Maxmin: every network is regressed on one
-      # target built from the minimum over the networks).
-      q_tm1 = online_tm1 if c.num_q_networks > 1 else online_tm1[None]  # [N, B, A]
-      q_value_t = self._min_over_networks(target_t)  # [B, A]
-      if c.munchausen:
-        q_target_tm1 = self._min_over_networks(target_tm1)
-        q_selector_t = (jax.lax.stop_gradient(self._min_over_networks(online_t))
-                        if c.double_q else None)
-        y = jax.vmap(munchausen_target, in_axes=(0, 0, 0, 0, 0, None, None, None, 0))(
-            q_target_tm1, action, reward, batch.discount, q_value_t,
-            c.munchausen_tau, c.munchausen_alpha, c.munchausen_clip, q_selector_t)
-      else:
-        # Double Q: the online networks select the bootstrap action, the target ones value it.
-        a_t = jnp.argmax(self._min_over_networks(online_t), axis=-1)
-        y = reward + batch.discount * jnp.take_along_axis(q_value_t, a_t[:, None], -1)[:, 0]
-      q_a = jnp.take_along_axis(q_tm1, action[None, :, None], -1)[..., 0]  # [N, B]
-      td = jax.lax.stop_gradient(y)[None] - q_a
-      # Summed over networks, so each network's gradient is the one it would get alone
-      # (the global-norm clip then acts on all N together).
-      per_item = jnp.sum(rlax.huber_loss(td, c.huber_delta), axis=0)
-      priority = jnp.mean(jnp.abs(td), axis=0)
-      q_mean = jnp.mean(self._min_over_networks(online_tm1))
-    else:
-      atoms = jnp.broadcast_to(self.atoms, (reward.shape[0], c.num_atoms))
-      q_select = jnp.sum(jax.nn.softmax(online_t, -1) * self.atoms, -1)
-      per_item = jax.vmap(rlax.categorical_double_q_learning)(
-          atoms, online_tm1, action, reward, batch.discount, atoms, target_t, q_select)
-      priority = per_item  # cross-entropy, as in Rainbow
-      q_mean = jnp.mean(jnp.sum(jax.nn.softmax(online_tm1, -1) * self.atoms, -1))
-    loss = jnp.mean(weights * per_item)
-    return loss, (jax.lax.stop_gradient(priority), {
-        "loss": loss, "q_mean": q_mean,
-        **greedy_q_metrics(jax.lax.stop_gradient(self._expected_q(online_tm1)))})
+                                              k_target, k_target,
+                                              both=loss_fn.needs_target_at_obs)
+    # Double Q: the online network selects the bootstrap action; else the target network.
+    selector_t = (jax.lax.stop_gradient(self.apply(params, batch.next_obs, k_t))
+                  if loss_fn.double_q else target_t)
+    terms = loss_fn(QOutputs(online_tm1, selector_t, target_t, target_tm1, self.support), batch)
+    loss = jnp.mean(weights * terms.per_item)
+    q_tm1 = jax.lax.stop_gradient(loss_fn.expected_q(online_tm1, self.support))
+    return loss, (jax.lax.stop_gradient(terms.priority), {
+        "loss": loss, "q_mean": terms.q_mean, **greedy_q_metrics(q_tm1)})
 
   def _forward_pair(self, params: PyTree, obs_a: jnp.ndarray, obs_b: jnp.ndarray,
                     key_a: chex.PRNGKey | None, key_b: chex.PRNGKey | None, both: bool
@@ -479,15 +389,8 @@ class DQN(Agent):
     if self.config.noisy and key_a is not None:
       return self.apply(params, obs_a, key_a), self.apply(params, obs_b, key_b)
     out = self.apply(params, jnp.concatenate([obs_a, obs_b]), key_a)
-    axis = 1 if self.config.num_q_networks > 1 else 0  # the batch axis ([N, 2B, ...])
+    axis = 1 if self.config.loss.num_q_networks > 1 else 0  # the batch axis ([N, 2B, ...])
     return tuple(jnp.split(out, 2, axis=axis))
-
-  def _expected_q(self, out: jnp.ndarray) -> jnp.ndarray:
-    """The network's output -> expected Q-values ``[B, A]`` (C51: the atoms' mean; several
-    networks: their minimum): ``q_values`` of an output already computed."""
-    if self.config.num_atoms > 1:
-      out = jnp.sum(jax.nn.softmax(out, axis=-1) * self.atoms, axis=-1)
-    return self._min_over_networks(out)
 
   def _sgd_step(self, state: DQNState, inputs) -> tuple[DQNState, tuple]:
     batch, weights = inputs
@@ -500,11 +403,7 @@ class DQN(Agent):
     updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     opt_steps = state.opt_steps + 1
-    if c.tau < 1.0:
-      target = optax.incremental_update(params, state.target_params, c.tau)
-    else:
-      target = optax.periodic_update(params, state.target_params, opt_steps,
-                                     c.target_update_period)
+    target = c.target_update(params, state.target_params, opt_steps)
     metrics["grad_norm"] = optax.tree.norm(grads)
     if c.noisy:
       metrics["noise_sigma_mean"] = _mean_abs_sigma(params)

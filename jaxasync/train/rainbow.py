@@ -1,13 +1,15 @@
 """Rainbow (Hessel et al. 2018), synchronous or asynchronous, with every component switchable.
 
 Rainbow = double Q + prioritized replay + dueling head + n-step returns + C51
-distributional head + noisy nets. All six are on by default; each one turns off
-with a flag, so ablations are one flag away:
+distributional head + noisy nets (jaxasync.rainbow_config). All six are on by default; each
+one turns off with a flag, C51 by choosing another loss (a subcommand, after every other
+flag), so ablations are one flag away:
 
   python -m jaxasync.train rainbow                           # --preset cartpole, CartPole-v1
   python -m jaxasync.train rainbow --mode sync --seed 3 --target-eval-reward 475
   python -m jaxasync.train rainbow --no-noisy                # epsilon-greedy instead of noisy nets
-  python -m jaxasync.train rainbow --n-step 1 --no-dueling --num-atoms 1 --no-prioritized --no-double-q
+  python -m jaxasync.train rainbow --n-step 1 --no-dueling --no-prioritized loss:q-learning --loss.no-double-q
+  python -m jaxasync.train rainbow loss:categorical --loss.no-double-q --loss.num-atoms 21
   python -m jaxasync.train rainbow --preset minatar          # MinAtar Breakout, CPU-sized
   python -m jaxasync.train rainbow --preset minatar --env-id MinAtar/SpaceInvaders-v1
   python -m jaxasync.train rainbow --preset atari            # Dopamine-style Atari (ALE/Pong-v5)
@@ -60,7 +62,7 @@ class Args(experiment.AnnealedRunArgs):
   """Atari ids only: a life loss ends the training episode (logged returns are per life)."""
   sticky_actions: bool = True
   """Atari/MinAtar: repeat the last action w.p. 0.25 (Atari -v5) or 0.1 (MinAtar); off: never."""
-  agent: Annotated[ja.DQNConfig, tyro.conf.OmitArgPrefixes] = dataclasses.field(
+  agent: Annotated[ja.DQNConfig, experiment.Flat] = dataclasses.field(
       default_factory=ja.DQNConfig)
   """the agent (DQNConfig): jaxasync.train.dqn's --agent.* flags, without the prefix."""
 
@@ -72,13 +74,11 @@ def cartpole_preset() -> Args:
   Actors sample 64 items per inserted transition (the lock-step run: 128, one SGD step per
   env step).
   """
-  agent = ja.DQNConfig(
-      hidden_sizes=(64, 64), learning_rate=1e-3, adam_eps=1e-8, batch_size=128, double_q=True,
-      tau=1.0, target_update_period=250, dueling=True, num_atoms=51, v_min=0.0, v_max=100.0,
-      noisy=True, noisy_sigma0=0.5,
-      data=ja.ReplayConfig(replay_capacity=100_000, warmup_period=1_000, n_step=3, gamma=0.99,
-                           opt_interval=1.0, samples_per_insert=64.0, prioritized=True,
-                           priority_alpha=0.5, priority_beta=0.4))
+  agent = ja.rainbow_config(
+      v_min=0.0, v_max=100.0, hidden_sizes=(64, 64), learning_rate=1e-3, adam_eps=1e-8,
+      batch_size=128, target_update=ja.HardCopy(period=250),
+      data=ja.rainbow_replay(replay_capacity=100_000, warmup_period=1_000, gamma=0.99,
+                             opt_interval=1.0, samples_per_insert=64.0))
   return Args(preset="cartpole", env_id="CartPole-v1", agent=agent,
               run=ja.RunConfig(max_opts=50_000, updates_per_call=4, eval_interval=1_000,
                                save_interval=10_000))
@@ -93,14 +93,12 @@ def atari_preset() -> Args:
   replay ratio: 32 sampled per 4 inserted = 8 samples per insert. The replay stores each
   frame once (``frames``): ~7.2 kB per transition, 7.2 GB for 1M.
   """
-  agent = ja.DQNConfig(
-      learning_rate=6.25e-5, adam_eps=1.5e-4, batch_size=32, double_q=True, tau=1.0,
-      target_update_period=2_000, dueling=True, num_atoms=51, v_min=-10.0, v_max=10.0,
-      noisy=True, noisy_sigma0=0.5,
-      data=ja.ReplayConfig(replay_capacity=1_000_000, warmup_period=20_000, n_step=3,
-                           gamma=0.99, reward_clip=1.0, opt_interval=4.0, samples_per_insert=8.0,
-                           prioritized=True, priority_alpha=0.5, priority_beta=0.4,
-                           frames=True))
+  agent = ja.rainbow_config(
+      v_min=-10.0, v_max=10.0, learning_rate=6.25e-5, adam_eps=1.5e-4, batch_size=32,
+      target_update=ja.HardCopy(period=2_000),
+      data=ja.rainbow_replay(replay_capacity=1_000_000, warmup_period=20_000, gamma=0.99,
+                             reward_clip=1.0, opt_interval=4.0, samples_per_insert=8.0,
+                             frames=True))
   return Args(preset="atari", env_id="ALE/Pong-v5", agent=agent,
               run=ja.RunConfig(max_opts=12_500_000, updates_per_call=1, eval_interval=62_500,
                                eval_episodes=10, record_interval=2_500, save_interval=250_000),
@@ -120,13 +118,11 @@ def minatar_preset() -> Args:
   they used no cap). MinAtar observations are 10x10 grids, so the replay is the plain
   (prioritized) one: ~800 bytes per transition with obs and next_obs.
   """
-  agent = ja.DQNConfig(
-      hidden_sizes=(128,), learning_rate=1e-4, adam_eps=3.125e-4, batch_size=32,
-      double_q=True, tau=1.0, target_update_period=250, dueling=True, num_atoms=51, v_min=-100.0,
-      v_max=100.0, noisy=True, noisy_sigma0=0.5,
-      data=ja.ReplayConfig(replay_capacity=100_000, warmup_period=1_000, n_step=3, gamma=0.99,
-                           opt_interval=4.0, samples_per_insert=8.0, prioritized=True,
-                           priority_alpha=0.5, priority_beta=0.4))
+  agent = ja.rainbow_config(
+      v_min=-100.0, v_max=100.0, hidden_sizes=(128,), learning_rate=1e-4, adam_eps=3.125e-4,
+      batch_size=32, target_update=ja.HardCopy(period=250),
+      data=ja.rainbow_replay(replay_capacity=100_000, warmup_period=1_000, gamma=0.99,
+                             opt_interval=4.0, samples_per_insert=8.0))
   return Args(preset="minatar", env_id="MinAtar/Breakout-v1", agent=agent,
               run=ja.RunConfig(max_opts=2_500_000, updates_per_call=4, eval_interval=12_500,
                                eval_episodes=10, record_interval=1_000, save_interval=250_000),
@@ -146,10 +142,12 @@ def parse(argv: list[str] | None = None) -> Args:
 
 
 def components(args: Args) -> str:
-  a = args.agent
-  on = {"double-q": a.double_q, "prioritized": a.data.prioritized, "dueling": a.dueling,
-        f"{a.data.n_step}-step": a.data.n_step > 1, f"C51({a.num_atoms})": a.num_atoms > 1,
-        "noisy": a.noisy}
+  """The Rainbow components a run has on (and a Munchausen or Maxmin loss), for its title."""
+  a, loss = args.agent, args.agent.loss
+  on = {"double-q": loss.double_q, "prioritized": a.data.prioritized, "dueling": a.dueling,
+        f"{a.data.n_step}-step": a.data.n_step > 1, f"C51({loss.num_atoms})": loss.num_atoms > 1,
+        "noisy": a.noisy, "Munchausen": isinstance(loss, ja.Munchausen),
+        f"Maxmin({loss.num_q_networks})": loss.num_q_networks > 1}
   return ", ".join(k for k, v in on.items() if v) or "none (plain DQN)"
 
 
