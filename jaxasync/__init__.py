@@ -7,6 +7,7 @@ from jaxasync.agents.dqn import DQN, DQNConfig, DQNState, rainbow_config, rainbo
 from jaxasync.agents.dqn_losses import Categorical, Munchausen, QLearning
 from jaxasync.agents.target_updates import HardCopy, Polyak
 from jaxasync.agents.sac import SAC, SACConfig, SACState
+from jaxasync.agents.td3 import TD3, TD3Config, TD3State
 from jaxasync.agents.actor_critic import ActorCriticConfig, ActorCriticState
 from jaxasync.agents.impala import IMPALA, IMPALAConfig
 from jaxasync.agents.ppo import PPO, PPOConfig
@@ -106,6 +107,9 @@ __all__ = [
     "StallError",
     "StepProcessor",
     "SumTree",
+    "TD3",
+    "TD3Config",
+    "TD3State",
     "TensorboardRecorder",
     "ThreadParamStore",
     "Trainer",

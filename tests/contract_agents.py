@@ -100,6 +100,10 @@ class ShapeRecordingSAC(ShapeRecording, ja.SAC):
   pass
 
 
+class ShapeRecordingTD3(ShapeRecording, ja.TD3):
+  pass
+
+
 class ShapeRecordingIMPALA(ShapeRecording, ja.IMPALA):
   pass
 
@@ -190,9 +194,12 @@ def factories():
       "sac": functools.partial(ShapeRecordingSAC,
                                ja.SACConfig(hidden_sizes=(8,), batch_size=16, data=replay),
                                obs_space, TinyBoxEnv.action_space),
+      "td3": functools.partial(ShapeRecordingTD3,
+                               ja.TD3Config(hidden_sizes=(8,), batch_size=16, data=replay),
+                               obs_space, TinyBoxEnv.action_space),
   }
 
 
 def env_factory(name: str) -> TinyEnvFactory:
   """The env the agent called ``name`` in ``factories()`` acts in."""
-  return TinyEnvFactory(continuous=name == "sac")
+  return TinyEnvFactory(continuous=name in ("sac", "td3"))

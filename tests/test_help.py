@@ -24,7 +24,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = ("experiments/dqn.py", "experiments/rainbow.py", "experiments/sac.py",
-           "experiments/impala.py", "experiments/ppo.py")
+           "experiments/td3.py", "experiments/impala.py", "experiments/ppo.py")
 ON_POLICY = ("experiments/impala.py", "experiments/ppo.py")
 CELL = re.compile(r"│([^│]*)│")  # one box's row: the text between its left and right borders
 # Each script's agent flags to look for ("--agent." prefixed but for rainbow.py's).
@@ -32,6 +32,7 @@ AGENT_FLAGS = {
     "experiments/dqn.py": ("--agent.noisy-sigma0", "--agent.eps-decay-steps", "--agent.apex-alpha"),
     "experiments/rainbow.py": ("--noisy-sigma0", "--eps-decay-steps", "--apex-alpha"),
     "experiments/sac.py": ("--agent.tau", "--agent.policy-delay", "--agent.target-entropy"),
+    "experiments/td3.py": ("--agent.tau", "--agent.policy-delay", "--agent.target-noise-clip"),
     "experiments/impala.py": ("--agent.vtrace-lambda", "--agent.gamma", "--agent.max-policy-lag"),
     "experiments/ppo.py": ("--agent.gae-lambda", "--agent.num-epochs", "--agent.gamma"),
 }

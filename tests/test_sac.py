@@ -19,9 +19,8 @@ import numpy as np
 import pytest
 
 import jaxasync as ja
-from jaxasync.agents.sac import (actor_objective, scale_actions, soft_q_target,
-                                 temperature_loss, unscale_actions)
-from jaxasync.agents.sac_networks import squashed_gaussian
+from jaxasync.agents.continuous import scale_actions, squashed_gaussian, unscale_actions
+from jaxasync.agents.sac import actor_objective, soft_q_target, temperature_loss
 from helpers import assert_no_strays, host
 
 REPO = Path(__file__).resolve().parents[1]

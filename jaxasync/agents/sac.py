@@ -41,19 +41,18 @@ import numpy as np
 import optax
 import tyro
 
-from jaxasync.agent import ActorContext, Agent, key_data
+from jaxasync.agent import ActorContext, key_data
+from jaxasync.agents.continuous import (ContinuousAgent, GaussianPolicy, TwinQCritic,
+                                        every_nth_step, scale_actions, squashed_gaussian,
+                                        twin_td_loss, unscale_actions,
+                                        validate_shared_fields)
 from jaxasync.agents.optimizers import adam_with_clipping
-from jaxasync.agents.sac_networks import GaussianPolicy, TwinQCritic, squashed_gaussian
 from jaxasync.errors import ConfigError
-from jaxasync.envs import check_box_observations
-from jaxasync.networks import TORSOS, Torso, check_torso, default_torso
+from jaxasync.networks import Torso
 from jaxasync.pipeline import ReplayConfig
 from jaxasync.types import Transition
 
 PyTree = Any
-
-# The metrics of the policy step, averaged over the SGD steps that took one (policy_delay).
-_POLICY_METRICS = ("actor_loss", "entropy", "actor_grad_norm")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,24 +99,8 @@ class SACConfig:
       default_factory=lambda: ReplayConfig(n_step=1))
 
   def validate(self) -> None:
-    if self.torso not in ("auto", *TORSOS):
-      raise ConfigError(f"torso must be 'auto' or one of {TORSOS}, got {self.torso!r}.")
-    if not self.hidden_sizes:
-      raise ConfigError("hidden_sizes must name at least one layer width, e.g. (256, 256).")
-    for name in ("actor_learning_rate", "critic_learning_rate", "temperature_learning_rate",
-                 "init_temperature"):
-      value = getattr(self, name)
-      if not 0.0 < value < float("inf"):
-        raise ConfigError(f"{name} must be a finite number > 0, got {value}.")
-    if self.batch_size < 1:
-      raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}.")
-    if not 0.0 < self.tau <= 1.0:
-      raise ConfigError(f"tau must be in (0, 1], got {self.tau}.")
-    if self.policy_delay < 1:
-      raise ConfigError(f"policy_delay must be >= 1 (1: an actor step per critic step), got "
-                        f"{self.policy_delay}.")
-    if not self.max_grad_norm >= 0.0:
-      raise ConfigError(f"max_grad_norm must be >= 0 (0: no clipping), got {self.max_grad_norm}.")
+    validate_shared_fields(self, ("actor_learning_rate", "critic_learning_rate",
+                                  "temperature_learning_rate", "init_temperature"))
     if not self.log_std_min < self.log_std_max:
       raise ConfigError(f"log_std_min={self.log_std_min} must be below "
                         f"log_std_max={self.log_std_max}.")
@@ -140,17 +123,6 @@ class SACState:
 
 
 # --- the maths, as small pure functions (tested against hand computations) ---------------
-
-def scale_actions(action: chex.Array, low: chex.Array, high: chex.Array) -> chex.Array:
-  """Maps actions in ``[-1, 1]^A`` to the Box ``[low, high]`` (``[..., A]``, affine)."""
-  return low + 0.5 * (action + 1.0) * (high - low)
-
-
-def unscale_actions(action: chex.Array, low: chex.Array, high: chex.Array) -> chex.Array:
-  """Inverse of ``scale_actions``, clipped to ``[-1, 1]`` (stored float32 actions may round
-  just outside)."""
-  return jnp.clip(2.0 * (action - low) / (high - low) - 1.0, -1.0, 1.0)
-
 
 def soft_q_target(reward: chex.Array, discount: chex.Array, next_q: chex.Array,
                   next_log_prob: chex.Array, temperature: chex.Numeric) -> chex.Array:
@@ -182,29 +154,7 @@ def temperature_loss(log_temperature: chex.Numeric, log_prob: chex.Array,
   return -log_temperature * jax.lax.stop_gradient(jnp.mean(log_prob) + target_entropy)
 
 
-def check_continuous_spaces(obs_space: gym.Space, action_space: gym.Space, env_id: str) -> None:
-  """Raises ``ConfigError`` unless the spaces suit SAC: a Box of observations and a one-axis
-  Box of actions with finite bounds."""
-  if isinstance(action_space, gym.spaces.Discrete):
-    raise ConfigError(
-        f"{env_id} has a Discrete action space ({action_space}); SAC is for continuous "
-        "actions. Use DQN or Rainbow (experiments/dqn.py, experiments/rainbow.py) instead.")
-  if not isinstance(action_space, gym.spaces.Box):
-    raise ConfigError(f"{env_id} has action space {action_space}; SAC needs a Box of actions.")
-  if len(action_space.shape) != 1:
-    raise ConfigError(
-        f"{env_id} has actions of shape {action_space.shape}; SAC needs a one-axis Box [A]. "
-        "Flatten the action space (gymnasium.wrappers.FlattenObservation's counterpart for "
-        "actions, or reshape in a wrapper) first.")
-  if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
-    raise ConfigError(
-        f"{env_id} has an unbounded action Box (low={action_space.low}, high="
-        f"{action_space.high}); SAC squashes actions into the Box's bounds. Wrap the env with "
-        "gymnasium.wrappers.ClipAction or RescaleAction to give it finite bounds.")
-  check_box_observations(obs_space, env_id, "SAC")
-
-
-class SAC(Agent):
+class SAC(ContinuousAgent):
   """Soft Actor-Critic for Box observations and a one-axis, bounded Box of actions.
 
   Args:
@@ -214,20 +164,15 @@ class SAC(Agent):
     env_id: named in error messages.
   """
 
+  name = "SAC"
+  # The metrics of the policy step, averaged over the SGD steps that took one (policy_delay).
+  policy_metrics = ("actor_loss", "entropy", "actor_grad_norm")
+
   def __init__(self, config: SACConfig, obs_space: gym.Space, action_space: gym.Space,
                env_id: str = "the env"):
-    check_continuous_spaces(obs_space, action_space, env_id)
-    config.validate()
-    check_torso(config.torso, obs_space.shape, env_id)
-    self.keep_config(config, obs_space, action_space)
-    self.action_dim = int(action_space.shape[0])
-    self.low = np.asarray(action_space.low, np.float32)
-    self.high = np.asarray(action_space.high, np.float32)
+    torso, hidden = self.setup(config, obs_space, action_space, env_id)
     self.target_entropy = (float(config.target_entropy) if config.target_entropy is not None
                            else -float(self.action_dim))
-    torso = (default_torso(obs_space.shape, obs_space.dtype) if config.torso == "auto"
-             else config.torso)
-    hidden = tuple(config.hidden_sizes)
     self.actor = GaussianPolicy(self.action_dim, torso, hidden, config.log_std_min,
                                 config.log_std_max)
     self.critic = TwinQCritic(torso, hidden)
@@ -239,7 +184,6 @@ class SAC(Agent):
     self.temperature_optimizer = optax.adam(config.temperature_learning_rate, eps=config.adam_eps)
     self.sample_actions = jax.jit(self._sample_actions)
     self.mean_actions = jax.jit(self._mean_actions)
-    self._jitted_update = jax.jit(self._update, donate_argnums=0)
 
   # --- init / params -------------------------------------------------------
   def init(self, key: chex.PRNGKey) -> SACState:
@@ -297,12 +241,6 @@ class SAC(Agent):
     """``policy``'s actions, in the action space's dtype; no extras."""
     return actions.astype(self.action_space.dtype, copy=False), None, actor_state
 
-  def divergence_hint(self) -> str:
-    c = self.config
-    return (f"Lower the learning rates (now actor {c.actor_learning_rate:g}, critic "
-            f"{c.critic_learning_rate:g}), e.g. 3-10x, scale the env's rewards down, or check "
-            "its rewards and observations for NaN or huge values.")
-
   # --- learning ------------------------------------------------------------
   def critic_loss(self, critic_params: PyTree, state: SACState, batch: Transition,
                   weights: jnp.ndarray, key: chex.PRNGKey
@@ -318,9 +256,8 @@ class SAC(Agent):
         soft_q_target(batch.reward, batch.discount, next_q, next_log_prob, temperature))
     q = self.critic.apply(critic_params, batch.obs,
                           unscale_actions(batch.action, self.low, self.high))
-    td = q - target[None]
-    loss = 0.5 * jnp.sum(jnp.mean(weights[None] * jnp.square(td), axis=-1))
-    return loss, (jax.lax.stop_gradient(jnp.mean(jnp.abs(td), axis=0)),
+    loss, abs_td = twin_td_loss(q, target, weights)
+    return loss, (jax.lax.stop_gradient(abs_td),
                   {"critic_loss": loss, "q_mean": jnp.mean(q),
                    # (the twins' minimum: the value the target and the actor use, as DQN's
                    # ensemble; compared with the replay's q_bound)
@@ -367,18 +304,12 @@ class SAC(Agent):
     def policy_step(_):
       return self._policy_step(state, critic_params, batch.obs, k_actor)
 
-    if c.policy_delay == 1:
-      actor_params, actor_opt, log_t, t_opt, policy_metrics = policy_step(None)
-      updated = jnp.ones((), jnp.float32)
-    else:
-      def skip(_):
-        zeros = {name: jnp.zeros(()) for name in _POLICY_METRICS}
-        return (state.actor_params, state.actor_opt_state, state.log_temperature,
-                state.temperature_opt_state, zeros)
-      do = state.opt_steps % c.policy_delay == 0
-      actor_params, actor_opt, log_t, t_opt, policy_metrics = jax.lax.cond(
-          do, policy_step, skip, None)
-      updated = do.astype(jnp.float32)
+    def skip(_):
+      return (state.actor_params, state.actor_opt_state, state.log_temperature,
+              state.temperature_opt_state, self.skipped_policy_metrics())
+
+    (actor_params, actor_opt, log_t, t_opt, policy_metrics), updated = every_nth_step(
+        c.policy_delay, state.opt_steps, policy_step, skip)
     target = optax.incremental_update(critic_params, state.target_critic_params, c.tau)
     metrics = dict(metrics, **policy_metrics, temperature=jnp.exp(log_t),
                    critic_grad_norm=optax.tree.norm(grads))
@@ -387,26 +318,3 @@ class SAC(Agent):
         log_temperature=log_t, actor_opt_state=actor_opt, critic_opt_state=critic_opt_state,
         temperature_opt_state=t_opt, opt_steps=state.opt_steps + 1, key=key)
     return new_state, (abs_td, metrics, updated)
-
-  def update(self, state: SACState, batch: Transition, weights: jnp.ndarray | None = None
-             ) -> tuple[SACState, dict, jnp.ndarray]:
-    """``k`` SGD steps over ``batch`` (leaves ``[k, B, ...]``), jitted, ``state`` donated.
-
-    Returns the new state, metrics averaged over the ``k`` steps (the actor's over the steps
-    that updated it) and ``|TD|`` ``[k, B]`` as the data source's feedback (priorities).
-    """
-    return self._jitted_update(state, batch, weights)
-
-  def _update(self, state: SACState, batch: Transition, weights: jnp.ndarray | None = None
-              ) -> tuple[SACState, dict, jnp.ndarray]:
-    if weights is None:
-      weights = jnp.ones(batch.reward.shape, jnp.float32)
-    state, (abs_td, metrics, updated) = jax.lax.scan(self._sgd_step, state, (batch, weights))
-    policy_steps = jnp.maximum(jnp.sum(updated), 1.0)
-    out = {}
-    for name, values in metrics.items():
-      if name in _POLICY_METRICS:
-        out[name] = jnp.sum(values * updated) / policy_steps
-      else:
-        out[name] = jnp.mean(values)
-    return state, out, abs_td

@@ -3,6 +3,7 @@
   python -m jaxasync.train dqn [flags]        # DQN (Munchausen double Q, LayerNorm), CartPole-v1
   python -m jaxasync.train rainbow [flags]    # Rainbow: --preset cartpole | minatar | atari
   python -m jaxasync.train sac [flags]        # SAC, Pendulum-v1
+  python -m jaxasync.train td3 [flags]        # TD3, Pendulum-v1; --preset mujoco
   python -m jaxasync.train impala [flags]     # IMPALA (V-trace), CartPole-v1
   python -m jaxasync.train ppo [flags]        # PPO, CartPole-v1
   python -m jaxasync.train ALGO --help        # every flag of one
@@ -14,4 +15,4 @@ measurements that chose them) and its flags: an ``Args`` dataclass over
 ``jaxasync.experiment.run``. The repository's ``experiments/<algo>.py`` scripts run the same.
 """
 
-ALGORITHMS = ("dqn", "rainbow", "sac", "impala", "ppo")
+ALGORITHMS = ("dqn", "rainbow", "sac", "td3", "impala", "ppo")
