@@ -11,6 +11,7 @@ from jaxasync.agents.td3 import TD3, TD3Config, TD3State
 from jaxasync.agents.actor_critic import ActorCriticConfig, ActorCriticState
 from jaxasync.agents.impala import IMPALA, IMPALAConfig
 from jaxasync.agents.ppo import PPO, PPOConfig
+from jaxasync.agents.pqn import PQN, PQNConfig
 from jaxasync.agents.exploration import EpsilonState, apex_epsilons, epsilon_greedy, linear_epsilon
 from jaxasync.atari import AtariEnvFactory
 from jaxasync.checkpoint import claim_run_dir, restore_checkpoint, save_checkpoint
@@ -88,6 +89,8 @@ __all__ = [
     "PPO",
     "PPOConfig",
     "Polyak",
+    "PQN",
+    "PQNConfig",
     "PrioritizedFrameReplayBuffer",
     "PrioritizedReplayBuffer",
     "QLearning",

@@ -14,6 +14,7 @@ Rows (ROWS below; add one per algorithm and env):
   td3-pendulum               experiments/td3.py (Pendulum-v1, 20k env steps)       target -200, hold -170
   impala-cartpole            experiments/impala.py (300k env steps)                target 475, hold 450
   ppo-cartpole               experiments/ppo.py (150k env steps)                   target 475, hold 450
+  pqn-cartpole               experiments/pqn.py (500k env steps)                   target 475, hold 450
   impala-acrobot             experiments/impala.py --env-id Acrobot-v1, 500k env steps  target -100,
                              hold -100; only when named in --rows.
   ppo-acrobot                experiments/ppo.py --env-id Acrobot-v1, 500k env steps  target -100,
@@ -73,7 +74,7 @@ several, the target dashed. PNGs need matplotlib (pip install matplotlib).
 Seeds: --seeds takes integers and inclusive ranges, in any mixture: --seeds 0 1 2, --seeds 0-19,
 --seeds 0-4 10 12-13 (a seed may be named once).
 
-Run (from the repository root; the full default matrix is 7 rows x 3 modes x 5 seeds = 105 runs):
+Run (from the repository root; the full default matrix is 8 rows x 3 modes x 5 seeds = 120 runs):
   python scripts/bench_learning.py                                    # the full matrix
   python scripts/bench_learning.py --resume                           # continue an interrupted one
   python scripts/bench_learning.py --rows dqn-cartpole --modes sync --seeds 0 1   # a quick check
@@ -144,6 +145,7 @@ ROWS: dict[str, Row] = {
     "td3-pendulum": Row("experiments/td3.py", (), target=-200.0, hold=-170.0),
     "impala-cartpole": Row("experiments/impala.py", (), target=475.0, hold=450.0),
     "ppo-cartpole": Row("experiments/ppo.py", (), target=475.0, hold=450.0),
+    "pqn-cartpole": Row("experiments/pqn.py", (), target=475.0, hold=450.0),
     # The CartPole presets carried to another env (issue 28: defaults must carry beyond the
     # env they were tuned on); CleanRL's PPO reaches about -86 on Acrobot at 500k env steps.
     "impala-acrobot": Row("experiments/impala.py",

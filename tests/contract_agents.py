@@ -112,6 +112,10 @@ class ShapeRecordingPPO(ShapeRecording, ja.PPO):
   pass
 
 
+class ShapeRecordingPQN(ShapeRecording, ja.PQN):
+  pass
+
+
 class LinearPG(ja.Agent):
   """A linear softmax policy trained by REINFORCE-with-baseline-free one-step advantages on
   unrolls from a queue: the smallest on-policy agent, to exercise ``UnrollCollector`` and
@@ -188,6 +192,11 @@ def factories():
                                   obs_space, action_space),
       "ppo": functools.partial(ShapeRecordingPPO,
                                ja.PPOConfig(hidden_sizes=(8,), batch_size=2, num_epochs=2,
+                                            num_minibatches=3,
+                                            data=ja.UnrollConfig(unroll_length=5)),
+                               obs_space, action_space),
+      "pqn": functools.partial(ShapeRecordingPQN,
+                               ja.PQNConfig(hidden_sizes=(8,), batch_size=2, num_epochs=2,
                                             num_minibatches=3,
                                             data=ja.UnrollConfig(unroll_length=5)),
                                obs_space, action_space),

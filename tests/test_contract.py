@@ -60,7 +60,8 @@ def test_agent_contract(name, mode):
     envs = 3
     t1 = agent.data.unroll_length + 1
     assert shapes.obs == (k, t1, n * envs, 2) and shapes.first == (k, t1, n * envs)
-    assert shapes.extras == {"logits": (k, t1, n * envs, 2)}
+    extras = agent.extras_example()  # (PQN's actors hand over none)
+    assert shapes.extras == (None if extras is None else {"logits": (k, t1, n * envs, 2)})
   # Versions: every chunk came in order, actors ended on the learner's last publication.
   loop = trainer.loop
   assert loop.order_errors == 0 and loop.chunks_ingested > 0

@@ -24,8 +24,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = ("experiments/dqn.py", "experiments/rainbow.py", "experiments/sac.py",
-           "experiments/td3.py", "experiments/impala.py", "experiments/ppo.py")
-ON_POLICY = ("experiments/impala.py", "experiments/ppo.py")
+           "experiments/td3.py", "experiments/impala.py", "experiments/ppo.py",
+           "experiments/pqn.py")
+ON_POLICY = ("experiments/impala.py", "experiments/ppo.py", "experiments/pqn.py")
 CELL = re.compile(r"│([^│]*)│")  # one box's row: the text between its left and right borders
 # Each script's agent flags to look for ("--agent." prefixed but for rainbow.py's).
 AGENT_FLAGS = {
@@ -35,6 +36,7 @@ AGENT_FLAGS = {
     "experiments/td3.py": ("--agent.tau", "--agent.policy-delay", "--agent.target-noise-clip"),
     "experiments/impala.py": ("--agent.vtrace-lambda", "--agent.gamma", "--agent.max-policy-lag"),
     "experiments/ppo.py": ("--agent.gae-lambda", "--agent.num-epochs", "--agent.gamma"),
+    "experiments/pqn.py": ("--agent.q-lambda", "--agent.num-minibatches", "--agent.eps-decay-steps"),
 }
 # The replay's and the n-step return's flags (the agent's data: "--agent." prefixed but for
 # rainbow.py's), which on-policy scripts do not have (no replay; their agent's own

@@ -6,6 +6,7 @@
   python -m jaxasync.train td3 [flags]        # TD3, Pendulum-v1; --preset mujoco
   python -m jaxasync.train impala [flags]     # IMPALA (V-trace), CartPole-v1
   python -m jaxasync.train ppo [flags]        # PPO, CartPole-v1
+  python -m jaxasync.train pqn [flags]        # PQN (Q(lambda), no replay, no target net), CartPole-v1
   python -m jaxasync.train ALGO --help        # every flag of one
   jaxasync-train ALGO [flags]                 # the same, as an installed command
 
@@ -15,4 +16,4 @@ measurements that chose them) and its flags: an ``Args`` dataclass over
 ``jaxasync.experiment.run``. The repository's ``experiments/<algo>.py`` scripts run the same.
 """
 
-ALGORITHMS = ("dqn", "rainbow", "sac", "td3", "impala", "ppo")
+ALGORITHMS = ("dqn", "rainbow", "sac", "td3", "impala", "ppo", "pqn")

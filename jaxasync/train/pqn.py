@@ -1,0 +1,115 @@
+"""PQN (Q(lambda) without replay or target network), synchronous or asynchronous, on any
+gymnasium env with Box observations and Discrete actions.
+
+  python -m jaxasync.train pqn                          # --preset cartpole: CartPole-v1, lock-step
+  python -m jaxasync.train pqn --mode process           # one actor process that runs ahead
+  python -m jaxasync.train pqn --agent.q-lambda 0.9 --agent.num-epochs 2
+  python -m jaxasync.train pqn --preset minatar         # purejaxql's MinAtar settings, Breakout
+  python -m jaxasync.train pqn --preset minatar --env-id MinAtar/Asterix-v1
+  python -m jaxasync.train pqn --preset minatar --help  # every flag, with that preset's defaults
+
+One SGD step of the loop is one PQN iteration: Q(lambda) returns of --agent.batch-size unrolls
+of --agent.unroll-length steps from the learner's current network, then --agent.num-epochs
+passes of --agent.num-minibatches minibatches. Unrolls older than --agent.max-policy-lag
+iterations are dropped. The run's and the actors' flags are jaxasync.train.impala's. A
+preset only sets defaults: any flag given after it overrides them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from typing import Annotated, ClassVar, Literal
+
+import tyro
+
+import jaxasync as ja
+from jaxasync import experiment
+
+
+def cartpole_agent() -> ja.PQNConfig:
+  # CleanRL's pqn.py for CartPole-v1 (512 env steps per iteration: there 4 envs x 128 steps,
+  # here the actor's 8 envs x 64; 4 epochs x 4 minibatches; lambda 0.65; gradient clip 10;
+  # epsilon 1 -> 0.05 over half of 500k env steps; LayerNorm MLP), on Adam where CleanRL uses
+  # RAdam, and with 128x128 layers where CleanRL has 120 and 84.
+  return ja.PQNConfig(learning_rate=2.5e-4, q_lambda=0.65, num_epochs=4, num_minibatches=4,
+                      max_grad_norm=10.0, eps_decay_steps=250_000,
+                      data=ja.UnrollConfig(unroll_length=64, max_policy_lag=4))
+
+
+def cartpole_actors() -> ja.ActorsConfig:
+  # Lock-step by default: on fresh seeds 200-209 the lock-step runs all held 500 to the end,
+  # while with the process actor (which ran ahead: a lag of 1-4 iterations and a fifth of the
+  # unrolls dropped as stale) 3 of 10 fell after 400k env steps (docs/bench_learning_results.md).
+  # --mode process for the asynchronous run.
+  return ja.ActorsConfig(mode="sync", num_envs=8)
+
+
+def cartpole_run() -> ja.RunConfig:
+  # One SGD step of the loop is one PQN iteration (512 env steps): evaluations every 10k env
+  # steps.
+  return ja.RunConfig(max_opts=1_000_000, max_env_steps=500_000, updates_per_call=1,
+                      eval_interval=20, record_interval=10, save_interval=200)
+
+
+Preset = Literal["cartpole", "minatar"]
+
+
+@dataclasses.dataclass
+class Args(experiment.AnnealedRunArgs):
+  """PQN's flags: the run's and the actors' (as jaxasync.train.impala's) and the agent's
+  (--agent.*, its unrolls' included). The defaults are the cartpole preset's."""
+
+  algo: ClassVar[str] = "pqn"
+
+  preset: Preset = "cartpole"
+  """sets every other flag's default: CleanRL's CartPole; purejaxql's MinAtar."""
+
+  run: Annotated[ja.RunConfig, experiment.Flat] = dataclasses.field(
+      default_factory=cartpole_run)
+  actors: Annotated[ja.ActorsConfig, experiment.Flat] = dataclasses.field(
+      default_factory=cartpole_actors)
+  agent: ja.PQNConfig = dataclasses.field(default_factory=cartpole_agent)
+
+
+def minatar_preset() -> Args:
+  """The MinAtar games with purejaxql's PQN settings (``config/alg/pqn_minatar.yaml``, adapted
+  there from their Atari settings): 128 envs x 32 steps per iteration, 2 epochs x 32
+  minibatches, Adam 5e-4 annealed linearly to 0, gradient clip 10, lambda 0.65, gamma 0.99,
+  epsilon 1 -> 0.05 over the first 10 % of 10M env steps, greedy evaluation; on MinAtar's
+  reference network (conv 3x3x16 + dense 128, ``MinAtarCNN``) with LayerNorm. purejaxql
+  steps MinAtar's JAX port (gymnax) on an accelerator; here one actor process steps the 128
+  envs of the ``minatar`` package (sticky actions 0.1, episodes truncated at 27k steps:
+  ``MinAtarEnvFactory``), about ten times slower per env step, so 10M env steps is a long run on
+  a CPU: pass --max-env-steps or --duration for less.
+  """
+  agent = ja.PQNConfig(hidden_sizes=(128,), learning_rate=5e-4, q_lambda=0.65, num_epochs=2,
+                       num_minibatches=32, max_grad_norm=10.0, eps_decay_steps=1_000_000,
+                       data=ja.UnrollConfig(unroll_length=32, max_policy_lag=4))
+  run = ja.RunConfig(max_opts=1_000_000, max_env_steps=10_000_000, updates_per_call=1,
+                     eval_interval=50, record_interval=10, save_interval=250)
+  return Args(preset="minatar", env_id="MinAtar/Breakout-v1", agent=agent, run=run,
+              actors=ja.ActorsConfig(mode="auto", num_envs=128, sync_interval=1, pin_cpus=True))
+
+
+PRESETS = {"cartpole": Args, "minatar": minatar_preset}
+
+
+def parse(argv: list[str] | None = None) -> Args:
+  """Reads ``--preset`` first, then parses every flag with that preset's values as defaults."""
+  pre = argparse.ArgumentParser(add_help=False)
+  pre.add_argument("--preset", choices=sorted(PRESETS), default="cartpole")
+  known, _ = pre.parse_known_args(sys.argv[1:] if argv is None else argv)
+  return tyro.cli(Args, default=PRESETS[known.preset](), args=argv, description=__doc__)
+
+
+def main(args: Args) -> dict:
+  return experiment.run(args, f"PQN, preset {args.preset}", ja.PQN,
+                        experiment.annealed_agent(args))
+
+
+def cli(argv: list[str] | None = None) -> None:
+  """``python -m jaxasync.train pqn [flags]``: parses ``argv`` (default: the command line)
+  and runs, with one ``error:`` line for bad input or a failed run."""
+  experiment.run_cli(lambda: main(parse(argv)))

@@ -1,0 +1,178 @@
+"""PQN: Q(lambda) returns against hand computations (terminated and truncated boundaries),
+the loss's mask, the learner's wiring of an unroll into targets, acting, and learning."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import types
+
+import chex
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxasync as ja
+from jaxasync.agents.pqn import QLambdaBatch, q_lambda_loss, q_lambda_returns
+from jaxasync.collectors.unrolls import Unroll
+
+
+def _column(x):
+  """``[T]`` -> ``[T, 1]`` (one sub-env)."""
+  return jnp.asarray(x, jnp.float32)[:, None]
+
+
+def _q_with_max(v):
+  """Q-values ``[T, 1, 2]`` whose maximum over the two actions is ``v`` ``[T]``."""
+  v = jnp.asarray(v, jnp.float32)
+  return jnp.stack([v - 1.0, v], axis=-1)[:, None]
+
+
+def test_q_lambda_returns_stop_at_a_termination_and_at_a_reset_pair():
+  # Pairs: 0 -> 1 real, 1 -> 2 terminates (discount 0), 2 -> 3 is the reset pair (no
+  # transition), 3 -> 4 real. gamma 0.9, lambda 0.5.
+  r = _column([1.0, 2.0, 0.0, 3.0])
+  d = _column([0.9, 0.0, 0.9, 0.9])
+  mask = jnp.array([True, True, False, True])[:, None]
+  v = [10.0, 7.0, 5.0, 4.0]  # max_a Q of each pair's next observation
+  g = q_lambda_returns(r, d, mask, _q_with_max(v), 0.5)
+  chex.assert_shape(g, (4, 1))
+  g3 = 3.0 + 0.9 * 4.0  # the unroll's end bootstraps fully
+  g1 = 2.0  # terminated: nothing bootstrapped, and nothing of the next episode
+  g0 = 1.0 + 0.9 * (0.5 * 10.0 + 0.5 * g1)
+  np.testing.assert_allclose(np.asarray(g)[[0, 1, 3], 0], [g0, g1, g3], rtol=1e-6)
+
+
+def test_a_truncated_episode_bootstraps_from_its_final_observation_only():
+  # Pair 0 -> 1 is truncated (discount gamma, the next pair is the reset pair): its return
+  # is r + gamma max_a Q(final obs), whatever the next episode's return is.
+  r = _column([1.0, 0.0, 5.0])
+  d = _column([0.9, 0.9, 0.9])
+  mask = jnp.array([True, False, True])[:, None]
+  v = [10.0, 100.0, 2.0]
+  g = np.asarray(q_lambda_returns(r, d, mask, _q_with_max(v), 0.5))
+  np.testing.assert_allclose(g[0, 0], 1.0 + 0.9 * 10.0, rtol=1e-6)
+  np.testing.assert_allclose(g[2, 0], 5.0 + 0.9 * 2.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("q_lambda", [0.0, 1.0])
+def test_lambda_0_is_one_step_q_learning_and_lambda_1_the_discounted_return(q_lambda):
+  r = _column([1.0, 2.0, 3.0])
+  d = _column([0.5, 0.5, 0.5])
+  mask = jnp.ones((3, 1), bool)
+  v = [4.0, 6.0, 8.0]
+  g = np.asarray(q_lambda_returns(r, d, mask, _q_with_max(v), q_lambda))[:, 0]
+  if q_lambda == 0.0:
+    np.testing.assert_allclose(g, [1 + 0.5 * 4, 2 + 0.5 * 6, 3 + 0.5 * 8], rtol=1e-6)
+  else:
+    g2 = 3 + 0.5 * 8
+    np.testing.assert_allclose(g, [1 + 0.5 * (2 + 0.5 * g2), 2 + 0.5 * g2, g2], rtol=1e-6)
+
+
+def test_the_loss_is_half_the_squared_error_over_real_transitions():
+  q = jnp.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+  batch = QLambdaBatch(obs=jnp.zeros((3, 1)), action=jnp.array([1, 0, 1]),
+                       target=jnp.array([4.0, 3.0, 100.0]), mask=jnp.array([True, True, False]))
+  loss, metrics = q_lambda_loss(q, batch)
+  np.testing.assert_allclose(loss, (0.5 * (4.0 - 2.0) ** 2 + 0.0) / 2, rtol=1e-6)
+  np.testing.assert_allclose(metrics["q_mean"], (2.0 + 3.0) / 2, rtol=1e-6)
+
+
+def _agent(**kwargs):
+  space = gym.spaces.Box(-10.0, 10.0, (2,), np.float32)
+  return ja.PQN(ja.PQNConfig(hidden_sizes=(8,), **kwargs), space, gym.spaces.Discrete(2))
+
+
+def test_an_unroll_becomes_flat_targets_from_the_learners_network():
+  agent = _agent(gamma=0.9, q_lambda=0.5)
+  # Q(obs) = obs (two actions, two features), so max_a Q(obs) = max(obs).
+  agent.network = types.SimpleNamespace(apply=lambda params, obs: obs)
+  # T = 3 pairs, N = 2 sub-envs. Sub-env 0 terminates on arriving at timestep 2, then resets
+  # at timestep 3; sub-env 1 runs on.
+  obs = jnp.array([[[0, 1], [0, 1]], [[0, 2], [0, 2]], [[0, 9], [0, 3]], [[0, 5], [0, 4]]],
+                  jnp.float32)
+  reward = jnp.array([[0, 0], [1, 1], [1, 1], [0, 1]], jnp.float32)
+  discount = jnp.array([[1, 1], [1, 1], [0, 1], [1, 1]], jnp.float32)
+  first = jnp.array([[1, 1], [0, 0], [0, 0], [1, 0]], bool)
+  unroll = Unroll(obs=obs, action=jnp.array([[1, 0], [0, 1], [1, 1], [0, 0]]), extras=None,
+                  reward=reward, discount=discount, first=first, last=jnp.zeros((4, 2), bool))
+  batch = agent.iteration_batch(None, unroll)
+  chex.assert_shape([batch.action, batch.target, batch.mask], (6,))
+  # Batch-major: sub-env 0's three pairs, then sub-env 1's.
+  np.testing.assert_array_equal(batch.mask, [True, True, False, True, True, True])
+  np.testing.assert_array_equal(batch.action, [1, 0, 1, 0, 1, 1])
+  env1 = [None, None, 1 + 0.9 * 4.0]
+  env1[1] = 1 + 0.9 * (0.5 * 3.0 + 0.5 * env1[2])
+  env1[0] = 1 + 0.9 * (0.5 * 2.0 + 0.5 * env1[1])
+  env0_1 = 1.0  # terminated at timestep 2
+  env0_0 = 1 + 0.9 * (0.5 * 2.0 + 0.5 * env0_1)
+  np.testing.assert_allclose(np.asarray(batch.target)[[0, 1, 3, 4, 5]],
+                             [env0_0, env0_1, *env1], rtol=1e-6)
+
+
+def test_actors_explore_on_the_schedule_and_evaluate_greedily():
+  agent = _agent(eps_start=1.0, eps_end=0.0, eps_decay_steps=100, eval_epsilon=0.0)
+  params = agent.policy_params(agent.init(jax.random.PRNGKey(0)))
+  obs = np.zeros((64, 2), np.float32)
+  rng = np.random.default_rng(0)
+  greedy = agent.policy(params, obs, rng)
+  chex.assert_shape(greedy, (64,))
+  training = agent.initial_actor_state(ja.ActorContext(num_envs=64))
+  actions, extras, training = agent.select(greedy, training, rng)
+  assert extras is None and training.env_steps == 64
+  assert 0 < np.mean(actions != greedy) < 1  # epsilon 1: uniform actions, half of them differ
+  evaluation = agent.initial_actor_state(ja.ActorContext(num_envs=64, evaluation=True))
+  actions, _, _ = agent.select(greedy, evaluation, rng)
+  np.testing.assert_array_equal(actions, greedy)
+
+
+def test_update_runs_epochs_of_minibatches_and_counts_iterations():
+  agent = _agent(num_epochs=2, num_minibatches=3, data=ja.UnrollConfig(unroll_length=5))
+  state = agent.init(jax.random.PRNGKey(0))
+  t1, n = 6, 3  # 5 pairs x 3 sub-envs = 15 transitions, 3 minibatches of 5
+  rng = np.random.default_rng(1)
+  unroll = Unroll(obs=rng.normal(size=(1, t1, n, 2)).astype(np.float32),
+                  action=rng.integers(0, 2, (1, t1, n)).astype(np.int64), extras=None,
+                  reward=np.ones((1, t1, n), np.float32), discount=np.ones((1, t1, n), np.float32),
+                  first=np.zeros((1, t1, n), bool), last=np.zeros((1, t1, n), bool))
+  before = jax.tree.map(np.array, state.params)
+  state, metrics, feedback = agent.update(state, unroll)
+  assert int(state.opt_steps) == 1 and feedback is None
+  assert np.isfinite(float(metrics["loss"])) and float(metrics["grad_norm"]) > 0
+  changed = jax.tree.map(lambda a, b: not np.allclose(a, b), before, state.params)
+  assert all(jax.tree.leaves(changed))
+  with pytest.raises(ja.ConfigError, match="num_minibatches=4 does not divide"):
+    _agent(num_minibatches=4, data=ja.UnrollConfig(unroll_length=5)).update(
+        agent.init(jax.random.PRNGKey(0)), unroll)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("q_lambda", 1.5, "q_lambda must be in"),
+    ("learning_rate", float("nan"), "learning_rate must be"),
+    ("num_epochs", 0, "num_epochs and num_minibatches"),
+    ("eps_end", 2.0, "eps_start and eps_end"),
+])
+def test_bad_settings_are_refused_naming_the_field(field, value, message):
+  with pytest.raises(ja.ConfigError, match=message):
+    _agent(**{field: value})
+
+
+def test_a_continuous_action_space_is_refused_with_the_fix():
+  space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+  with pytest.raises(ja.ConfigError, match="PQN needs a Discrete action space"):
+    ja.PQN(ja.PQNConfig(), space, gym.spaces.Box(-1.0, 1.0, (1,), np.float32))
+
+
+@pytest.mark.slow
+def test_pqn_learns_cartpole_in_sync(tmp_path):
+  logdir = tmp_path / "run"
+  out = subprocess.run([sys.executable, "experiments/pqn.py", "--mode", "sync", "--no-progress",
+                        "--max-env-steps", "300000", "--logdir", str(logdir), "--seed", "1"],
+                       capture_output=True, text=True, timeout=900)
+  assert out.returncode == 0, out.stderr[-2000:]
+  summary = json.loads((logdir / "summary.json").read_text())
+  evals = [round(e["eval_reward"]) for e in summary["evals"]]
+  assert summary["best_eval_reward"] >= 475, evals
