@@ -3,7 +3,7 @@ one-axis Box of actions.
 
   python experiments/td3.py                          # --preset pendulum: Pendulum-v1
   python experiments/td3.py --mode sync --seed 3
-  python experiments/td3.py --preset mujoco --env-id Hopper-v5   # the paper's settings
+  python experiments/td3.py --preset mujoco --env-id Hopper-v5   # the authors' repository's settings
   python experiments/td3.py --help                   # every flag
 
 The presets, the reasons for them and the flags are in jaxasync/train/td3.py, which

@@ -20,6 +20,7 @@ logging, the actors' arrangement) are applied and listed.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import functools
 import importlib
@@ -218,7 +219,11 @@ def _flatten(obj: Any, prefix: str = "") -> dict:
 
 def _is_union(cls: type, field: str) -> bool:
   """Whether ``cls.field`` is declared as a union (``QLearning | Munchausen | Categorical``)."""
-  return typing.get_origin(typing.get_type_hints(cls)[field]) in (typing.Union, types.UnionType)
+  try:
+    hint = typing.get_type_hints(cls)[field]
+  except (NameError, TypeError):  # (a class declared in a function, with forward references)
+    hint = next(f.type for f in dataclasses.fields(cls) if f.name == field)
+  return typing.get_origin(hint) in (typing.Union, types.UnionType)
 
 
 def variant_name(cls: type) -> str:
@@ -356,6 +361,15 @@ def saved_config(args: RunArgs) -> tuple[Path, dict] | None:
   return None
 
 
+def comparable_layout(record: dict, settings: dict) -> bool:
+  """Whether a saved config's settings compare field by field with ``settings``: this
+  layout, or layout 2 when every field it saved is still a field (the runs of the agents
+  without a union field: layout 3 only added the unions' variant names)."""
+  layout = record.get("settings_layout")
+  return layout == SETTINGS_LAYOUT or (
+      layout == 2 and set(record.get("settings", {})) <= set(settings) | set(NOT_COMPARED))
+
+
 def resume_changes(saved: dict, current: dict, allowed: tuple[str, ...] = (),
                    flattened: tuple[str, ...] = RunArgs.flattened
                    ) -> tuple[list[str], list[str]]:
@@ -403,7 +417,7 @@ def check_resume(args: RunArgs, settings: dict, agent_cfg: Any = None) -> None:
     raise ja.ConfigError(f"--resume: {args.logdir} does not exist, so there is no run to "
                          "continue; pass the --logdir of the run (or --resume-from a checkpoint).")
   found = saved_config(args)
-  if found is None or found[1].get("settings_layout") != SETTINGS_LAYOUT:
+  if found is None or not comparable_layout(found[1], settings):
     what = (f"no {CONFIG_FILE} in {args.logdir}" if found is None else
             f"{found[0]} predates the settings layout of this jaxasync")
     print(f"resume: {what} (a run saved by an earlier version): its settings cannot be "
@@ -540,6 +554,19 @@ def _run(args: RunArgs, title: str, agent_cls: type[ja.Agent], agent_cfg: Any,
   print(f"summary: {os.path.join(logdir, 'summary.json')}; best model: {best}; "
         f"TensorBoard: tensorboard --logdir {args.logdir}")
   return summary
+
+
+def parse_with_presets(presets: dict[str, Callable[[], Any]], argv: list[str] | None,
+                       description: str | None) -> Any:
+  """An experiment's flags where ``--preset NAME`` picks every other flag's default: reads
+  ``--preset`` first (the first of ``presets`` when absent), then parses all of ``argv``
+  (default: the command line) with that preset's ``Args`` as the defaults, so any flag given
+  overrides its preset."""
+  pre = argparse.ArgumentParser(add_help=False)
+  pre.add_argument("--preset", choices=sorted(presets), default=next(iter(presets)))
+  known, _ = pre.parse_known_args(sys.argv[1:] if argv is None else argv)
+  defaults = presets[known.preset]()
+  return tyro.cli(type(defaults), default=defaults, args=argv, description=description)
 
 
 def run_cli(main: Callable[[], Any]) -> None:

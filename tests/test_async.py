@@ -78,10 +78,11 @@ def test_versions_increase_and_nothing_lost(mode):
 def test_drop_oldest_counts_drops():
   # A learner that never ingests fast enough: a tiny queue and a long update budget.
   trainer = _trainer(drop_when_full=True, queue_size=1, num_actors=2,
-                     config=_config(max_opts=200, warmup_period=10_000, duration=3.0,
+                     config=_config(max_opts=200, warmup_period=10_000, duration=8.0,
                                     replay_capacity=10_000),
                      samples_per_insert=None)
-  # The warmup cannot be reached in 3 s with the learner polling; the queue overflows.
+  # The warmup cannot be reached in 8 s with the learner polling; the queue overflows (8 s:
+  # two actors start, compile and fill it even on a loaded machine).
   trainer.source.limiter = ja.RateLimiter(1.0, 0.0, 0)  # insert budget exhausted at once -> no ingest
   summary = trainer.train()
   assert summary["dropped_chunks"] > 0

@@ -79,6 +79,18 @@ def test_a_changed_loss_is_one_change_and_its_fields_are_not_compared():
       "loss:categorical (was loss:munchausen)"]
 
 
+def test_settings_saved_before_the_loss_field_compare_where_no_field_moved():
+  # Layout 2 (before DQN's loss became a union): a PPO run's fields are all still fields, so
+  # they compare; a DQN run's munchausen flag is gone, so its settings cannot be compared.
+  settings = experiment.flat_settings(ppo.Args())
+  assert experiment.comparable_layout({"settings_layout": 2, "settings": settings}, settings)
+  old_dqn = {**experiment.flat_settings(dqn.Args()), "agent.munchausen": True}
+  assert not experiment.comparable_layout({"settings_layout": 2, "settings": old_dqn},
+                                          experiment.flat_settings(dqn.Args()))
+  assert experiment.comparable_layout(
+      {"settings_layout": experiment.SETTINGS_LAYOUT, "settings": {}}, settings)
+
+
 def test_the_run_saves_its_flags_and_a_changed_resume_is_refused_in_one_line(tmp_path):
   logdir = tmp_path / "run"
   _dqn(logdir)

@@ -26,6 +26,7 @@ import optax
 import rlax
 import tyro
 
+from jaxasync.agents.minibatches import minibatch_epochs
 from jaxasync.agents.optimizers import adam_with_clipping
 from jaxasync.agents.actor_critic import (ActorCriticConfig, ActorCriticState,
                                           DiscreteActorCritic, action_log_prob, batch_major,
@@ -33,7 +34,6 @@ from jaxasync.agents.actor_critic import (ActorCriticConfig, ActorCriticState,
                                           masked_standardize,
                                           unroll_pairs)
 from jaxasync.collectors.unrolls import Unroll
-from jaxasync.sharding import constrain_to_batch_shards
 from jaxasync.errors import ConfigError
 from jaxasync.pipeline import UnrollConfig
 
@@ -194,24 +194,10 @@ class PPO(DiscreteActorCritic):
   def _iteration(self, state: ActorCriticState, unroll: Unroll):
     c = self.config
     data = self.iteration_batch(state.params, unroll)
-    n = data.mask.shape[0]
-    if n % c.num_minibatches:
-      raise ConfigError(
-          f"a PPO batch holds {n} transitions (unroll_length x batch_size x envs per actor), "
-          f"which num_minibatches={c.num_minibatches} does not divide; change one of them.")
-    size = n // c.num_minibatches
     key, shuffle_key = jax.random.split(state.key)
-
-    def epoch(carry, epoch_key):
-      perm = jax.random.permutation(epoch_key, n)
-      minibatches = jax.tree.map(
-          lambda x: x[perm].reshape((c.num_minibatches, size) + x.shape[1:]), data)
-      # (The shuffle mixes items across a multi-device learner's shards: split them again.)
-      minibatches = constrain_to_batch_shards(minibatches, axis=1)
-      return jax.lax.scan(self._minibatch_step, carry, minibatches)
-
-    (params, opt_state), metrics = jax.lax.scan(
-        epoch, (state.params, state.opt_state), jax.random.split(shuffle_key, c.num_epochs))
+    (params, opt_state), metrics = minibatch_epochs(
+        self._minibatch_step, (state.params, state.opt_state), data, shuffle_key,
+        c.num_epochs, c.num_minibatches, "PPO")
     metrics = jax.tree.map(jnp.mean, metrics)
     metrics["advantage_mean"] = masked_mean(data.advantage, data.mask)
     return ActorCriticState(params=params, opt_state=opt_state,

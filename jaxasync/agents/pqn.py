@@ -42,6 +42,7 @@ from jaxasync.agent import ActorContext, Agent, key_data
 from jaxasync.agents.actor_critic import batch_major, masked_mean
 from jaxasync.agents.dqn import greedy_q_metrics
 from jaxasync.agents.exploration import EpsilonState, epsilon_greedy, linear_epsilon
+from jaxasync.agents.minibatches import minibatch_epochs
 from jaxasync.agents.optimizers import adam_with_clipping
 from jaxasync.agents.q_network import QNetwork
 from jaxasync.collectors.unrolls import Unroll
@@ -49,15 +50,14 @@ from jaxasync.envs import check_box_observations
 from jaxasync.errors import ConfigError
 from jaxasync.networks import TORSOS, Torso, check_torso, default_torso
 from jaxasync.pipeline import UnrollConfig
-from jaxasync.sharding import constrain_to_batch_shards
 
 PyTree = Any
 
 
 @dataclasses.dataclass(frozen=True)
 class PQNConfig:
-  """Hyperparameters of the PQN learner and its epsilon-greedy actors (defaults: CleanRL's
-  ``pqn.py`` for classic control, on Adam).
+  """Hyperparameters of the PQN learner and its epsilon-greedy actors (defaults: those of
+  CleanRL's pqn.py for classic control, on Adam).
 
   Attributes:
     torso: network body; 'auto' picks by observation (MLP for vectors, MinAtar CNN for
@@ -309,24 +309,10 @@ class PQN(Agent):
   def _iteration(self, state: PQNState, unroll: Unroll):
     c = self.config
     data = self.iteration_batch(state.params, unroll)
-    n = data.mask.shape[0]
-    if n % c.num_minibatches:
-      raise ConfigError(
-          f"a PQN batch holds {n} transitions (unroll_length x batch_size x envs per actor), "
-          f"which num_minibatches={c.num_minibatches} does not divide; change one of them.")
-    size = n // c.num_minibatches
     key, shuffle_key = jax.random.split(state.key)
-
-    def epoch(carry, epoch_key):
-      perm = jax.random.permutation(epoch_key, n)
-      minibatches = jax.tree.map(
-          lambda x: x[perm].reshape((c.num_minibatches, size) + x.shape[1:]), data)
-      # (The shuffle mixes items across a multi-device learner's shards: split them again.)
-      minibatches = constrain_to_batch_shards(minibatches, axis=1)
-      return jax.lax.scan(self._minibatch_step, carry, minibatches)
-
-    (params, opt_state), metrics = jax.lax.scan(
-        epoch, (state.params, state.opt_state), jax.random.split(shuffle_key, c.num_epochs))
+    (params, opt_state), metrics = minibatch_epochs(
+        self._minibatch_step, (state.params, state.opt_state), data, shuffle_key,
+        c.num_epochs, c.num_minibatches, "PQN")
     return PQNState(params=params, opt_state=opt_state, opt_steps=state.opt_steps + 1,
                     key=key), jax.tree.map(jnp.mean, metrics)
 

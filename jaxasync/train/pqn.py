@@ -17,12 +17,8 @@ preset only sets defaults: any flag given after it overrides them.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import sys
 from typing import Annotated, ClassVar, Literal
-
-import tyro
 
 import jaxasync as ja
 from jaxasync import experiment
@@ -98,10 +94,7 @@ PRESETS = {"cartpole": Args, "minatar": minatar_preset}
 
 def parse(argv: list[str] | None = None) -> Args:
   """Reads ``--preset`` first, then parses every flag with that preset's values as defaults."""
-  pre = argparse.ArgumentParser(add_help=False)
-  pre.add_argument("--preset", choices=sorted(PRESETS), default="cartpole")
-  known, _ = pre.parse_known_args(sys.argv[1:] if argv is None else argv)
-  return tyro.cli(Args, default=PRESETS[known.preset](), args=argv, description=__doc__)
+  return experiment.parse_with_presets(PRESETS, argv, __doc__)
 
 
 def main(args: Args) -> dict:

@@ -3,7 +3,7 @@ observations and a bounded one-axis Box of actions.
 
   python -m jaxasync.train td3                          # --preset pendulum: Pendulum-v1
   python -m jaxasync.train td3 --mode sync --seed 3
-  python -m jaxasync.train td3 --preset mujoco          # the paper's settings, HalfCheetah-v5
+  python -m jaxasync.train td3 --preset mujoco          # the authors' repository's settings, HalfCheetah-v5
   python -m jaxasync.train td3 --preset mujoco --env-id Hopper-v5
   python -m jaxasync.train td3 --preset mujoco --help   # every flag, with that preset's defaults
 
@@ -15,12 +15,8 @@ under --logdir. The MuJoCo envs need `pip install "gymnasium[mujoco]"`.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import sys
 from typing import Annotated, ClassVar, Literal
-
-import tyro
 
 import jaxasync as ja
 from jaxasync import experiment
@@ -55,7 +51,7 @@ class Args(experiment.RunArgs):
   algo: ClassVar[str] = "td3"
 
   preset: Preset = "pendulum"
-  """sets every other flag's default: Pendulum-v1 on SAC's budget; the paper's MuJoCo settings."""
+  """sets every other flag's default: Pendulum-v1 on SAC's budget; the TD3 authors' MuJoCo ones."""
   env_id: str = "Pendulum-v1"
   """gymnasium id, or 'module:EnvName-v0' (imports module)."""
   run: Annotated[ja.RunConfig, experiment.Flat] = dataclasses.field(
@@ -85,10 +81,7 @@ PRESETS = {"pendulum": Args, "mujoco": mujoco_preset}
 
 def parse(argv: list[str] | None = None) -> Args:
   """Reads ``--preset`` first, then parses every flag with that preset's values as defaults."""
-  pre = argparse.ArgumentParser(add_help=False)
-  pre.add_argument("--preset", choices=sorted(PRESETS), default="pendulum")
-  known, _ = pre.parse_known_args(sys.argv[1:] if argv is None else argv)
-  return tyro.cli(Args, default=PRESETS[known.preset](), args=argv, description=__doc__)
+  return experiment.parse_with_presets(PRESETS, argv, __doc__)
 
 
 def main(args: Args) -> dict:
