@@ -22,7 +22,6 @@ from typing import Annotated, Any, NamedTuple
 import gymnasium as gym
 import jax
 import jax.numpy as jnp
-import optax
 import rlax
 import tyro
 
@@ -184,19 +183,12 @@ class PPO(DiscreteActorCritic):
     logits, values = self.network.apply(params, batch.obs)
     return ppo_losses(logits, values, batch, self.config)
 
-  def _minibatch_step(self, carry, minibatch: PPOBatch):
-    params, opt_state = carry
-    grads, metrics = jax.grad(self.loss, has_aux=True)(params, minibatch)
-    updates, opt_state = self.optimizer.update(grads, opt_state, params)
-    metrics["grad_norm"] = optax.tree.norm(grads)
-    return (optax.apply_updates(params, updates), opt_state), metrics
-
   def _iteration(self, state: ActorCriticState, unroll: Unroll):
     c = self.config
     data = self.iteration_batch(state.params, unroll)
     key, shuffle_key = jax.random.split(state.key)
     (params, opt_state), metrics = minibatch_epochs(
-        self._minibatch_step, (state.params, state.opt_state), data, shuffle_key,
+        self.loss, self.optimizer, state.params, state.opt_state, data, shuffle_key,
         c.num_epochs, c.num_minibatches, "PPO")
     metrics = jax.tree.map(jnp.mean, metrics)
     metrics["advantage_mean"] = masked_mean(data.advantage, data.mask)

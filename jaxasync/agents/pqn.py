@@ -34,7 +34,6 @@ import gymnasium as gym
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import rlax
 import tyro
 
@@ -299,19 +298,12 @@ class PQN(Agent):
     loss, metrics = q_lambda_loss(q_tm1, batch)
     return loss, {**metrics, **greedy_q_metrics(jax.lax.stop_gradient(q_tm1))}
 
-  def _minibatch_step(self, carry, minibatch: QLambdaBatch):
-    params, opt_state = carry
-    grads, metrics = jax.grad(self.loss, has_aux=True)(params, minibatch)
-    updates, opt_state = self.optimizer.update(grads, opt_state, params)
-    metrics["grad_norm"] = optax.tree.norm(grads)
-    return (optax.apply_updates(params, updates), opt_state), metrics
-
   def _iteration(self, state: PQNState, unroll: Unroll):
     c = self.config
     data = self.iteration_batch(state.params, unroll)
     key, shuffle_key = jax.random.split(state.key)
     (params, opt_state), metrics = minibatch_epochs(
-        self._minibatch_step, (state.params, state.opt_state), data, shuffle_key,
+        self.loss, self.optimizer, state.params, state.opt_state, data, shuffle_key,
         c.num_epochs, c.num_minibatches, "PQN")
     return PQNState(params=params, opt_state=opt_state, opt_steps=state.opt_steps + 1,
                     key=key), jax.tree.map(jnp.mean, metrics)
