@@ -297,15 +297,16 @@ def test_stuck_actors_become_a_stall_error_naming_the_stage():
 def test_a_short_run_whose_actors_hang_ends_in_a_stall_error(mode):
   """The default stall limits (warn 60 s, fail 300 s) cannot fire in a --duration 6 run: before,
   it ended with error None, as if it had only learnt nothing (issue 30). Now its end names the
-  stage it was stuck in."""
+  stage it was stuck in. (12 s: a process actor takes ~3.5 s on this machine to spawn, import
+  jax and make its 10 steps, and the run must have been still for half its duration.)"""
   from faulty_envs import HangingEnvFactory
-  config = _config(duration=6.0, stall_warning=60.0, stall_timeout=300.0)
+  config = _config(duration=12.0, stall_warning=60.0, stall_timeout=300.0)
   trainer = _trainer(env=HangingEnvFactory(steps=10), num_actors=1, mode=mode,
                      config=config)
   out, wall = _train_bounded(trainer, 40)
   assert isinstance(out.get("error"), ja.StallError), out
   message = str(out["error"])
-  assert message.startswith("duration=6 s ended a run that made no progress")
+  assert message.startswith("duration=12 s ended a run that made no progress")
   assert "stuck in: waiting for the actors' chunks" in message
   assert wall < 30
 
