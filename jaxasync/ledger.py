@@ -72,7 +72,11 @@ class RunLedger:
     self.solved_at: dict | None = None
     self.evals: list[dict] = []
     self.extra_meta = extra_meta or {}
-    self.start = time.perf_counter()
+    self.start = time.perf_counter()  # this attempt's (the process's) start
+    # Seconds of training behind the checkpoint this attempt resumed from (0 for a fresh run):
+    # a resumed run's clock continues from there, so its evaluations' wall_s never go back
+    # and its rates divide the lineage's counters by the lineage's seconds.
+    self.wall_before = 0.0
     # (The composition root claimed model_dir before building anything: see Trainer.)
     self.model_dir = Path(config.logdir) if config.logdir else None
     self._stop_at = float("inf")
@@ -84,9 +88,15 @@ class RunLedger:
     self.over_bound_streak = 0  # records in a row with q_max over q_bound (``over_bound``)
     self.overestimation_warned = False  # (once per run, resumes included)
     self.last_checkpoint: Path | None = None  # the last numbered or final one written
-    self.resumes = 0  # times this run was resumed from a checkpoint
+    self.resumes = 0  # resumes in the lineage of the checkpoint this run continues
     self._writer: threading.Thread | None = None  # a background save in flight
     self._write_error: BaseException | None = None
+
+  def elapsed(self) -> float:
+    """Seconds of training behind the run's state now: the resumed checkpoint's, plus this
+    attempt's. (Time an earlier attempt spent after its last checkpoint is not in it: that
+    work was lost with it.)"""
+    return self.wall_before + time.perf_counter() - self.start
 
   def request_stop(self, after_s: float = 0.0) -> None:
     """Ends the run ``after_s`` seconds from now (thread-safe: a float assignment)."""
@@ -217,12 +227,13 @@ class RunLedger:
 
   def state_dict(self) -> dict:
     """The books a resumed run continues: evaluations, the best, when it was solved, how
-    many times the run was resumed (``resumes``, counted by ``load_state_dict``), the health
-    series, the warnings and the overestimation watch."""
+    many times the run was resumed (``resumes``, counted by ``load_state_dict``), the seconds
+    of training behind this state (``wall_s``), the health series, the warnings and the
+    overestimation watch."""
     return {"best_eval_reward": _json_safe(float(self.best_eval_reward)),
             "final_eval_reward": _json_safe(float(self.final_eval_reward)),
             "evals": self.evals, "solved_at": self.solved_at, "resumes": self.resumes,
-            "health": _json_safe(self.health), "warnings": list(self.warnings),
+            "wall_s": self.elapsed(), "health": _json_safe(self.health), "warnings": list(self.warnings),
             "over_bound_streak": self.over_bound_streak,
             "overestimation_warned": self.overestimation_warned}
 
@@ -234,6 +245,7 @@ class RunLedger:
     self.evals = list(state.get("evals", []))
     self.solved_at = state.get("solved_at")
     self.resumes = int(state.get("resumes", 0)) + 1
+    self.wall_before = float(state.get("wall_s", 0.0))
     self.health = list(state.get("health", []))
     self.warnings[:] = state.get("warnings", [])  # (in place: the watchdog appends to it)
     self.over_bound_streak = int(state.get("over_bound_streak", 0))
@@ -254,7 +266,7 @@ class RunLedger:
     """Records an evaluation of the params of ``opt_steps`` (taken at ``wall_s`` seconds into
     the run; default: now); saves ``best`` when it improves."""
     self.final_eval_reward = reward
-    wall = time.perf_counter() - self.start if wall_s is None else wall_s
+    wall = self.elapsed() if wall_s is None else wall_s
     self.evals.append({"opt_steps": opt_steps, "env_steps": env_steps, "wall_s": wall,
                        "eval_reward": reward, "params_version": params_version})
     self.recorder.record(opt_steps, {"eval_reward": reward})
@@ -307,11 +319,17 @@ class RunLedger:
       self.on_eval(evaluate(), opt, env_steps, opt)
 
   def summary(self, samples_total: int, env_steps: int, extra: dict | None = None) -> dict:
-    wall = time.perf_counter() - self.start
+    """The run's ``summary.json``. A resumed run's counters, ``wall_s`` and rates are those of
+    the lineage (every attempt up to the checkpoint it resumed from, and this one);
+    ``attempt_wall_s`` is this attempt's seconds alone; ``resumes`` counts the resumes in
+    that lineage (a resume from a checkpoint older than the last attempt's is not counted
+    twice)."""
+    wall = self.elapsed()
     opt = self.learner.opt_steps
     out = {
         "samples_total": samples_total, "env_steps": env_steps, "opt_steps": opt,
-        "wall_s": wall, "samples_per_sec": samples_total / wall,
+        "wall_s": wall, "attempt_wall_s": time.perf_counter() - self.start,
+        "samples_per_sec": samples_total / wall,
         "opt_steps_per_sec": opt / wall,
         "samples_per_opt_steps": samples_total / opt if opt else float("nan"),
         "best_eval_reward": float(self.best_eval_reward),

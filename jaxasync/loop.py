@@ -436,7 +436,7 @@ class LearnerLoop:
       self.feed.stage = "evaluation"
     worker.submit(learner.opt_steps, self.env_steps, host_copy(learner.policy_params()),
                   host_copy(learner.state) if self.config.logdir else None,
-                  time.perf_counter() - run.start)
+                  run.elapsed())
     if lockstep:  # a synchronous run waits for its evaluation: deterministic, and in order
       worker.wait(abort=lambda: run.failure is not None)
       self.feed.stage = LockstepFeed.UPDATE_STAGE

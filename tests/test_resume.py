@@ -67,6 +67,7 @@ def test_sync_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path):
   first = _trainer(tmp_path / "split", 400, stop_at=200)
   assert first.train()["opt_steps"] == 200
   assert (tmp_path / "split" / "final" / "replay" / "state.json").exists()
+  meta = json.loads((tmp_path / "split" / "final" / "meta.json").read_text())
   second = _trainer(tmp_path / "split", 400, resume=True)
   summary = second.train()
   assert summary["resumes"] == 1 and summary["opt_steps"] == 400
@@ -74,6 +75,13 @@ def test_sync_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path):
   # The ledger continued: evaluations before the stop are still there, in order.
   opts = [e["opt_steps"] for e in summary["evals"]]
   assert opts[:2] == [100, 200] and opts == sorted(opts) and opts[-1] == 400
+  # So did its clock: wall_s is the stopped attempt's seconds up to its final checkpoint plus
+  # this attempt's, and the evaluations' times never go back across the resume.
+  assert 0 < summary["attempt_wall_s"] < summary["wall_s"]
+  assert summary["wall_s"] - summary["attempt_wall_s"] == pytest.approx(
+      meta["ledger"]["wall_s"], abs=1e-3)  # (meta.json: a second state_dict, us later)
+  walls = [e["wall_s"] for e in summary["evals"]]
+  assert walls == sorted(walls) and walls[2] > meta["ledger"]["wall_s"]
 
 
 def test_resume_falls_back_past_damaged_checkpoints(tmp_path, caplog):
