@@ -1,5 +1,6 @@
 """IMPALA (V-trace), synchronous or asynchronous, on any gymnasium env with Box observations
-and Discrete actions.
+and Discrete actions (a categorical policy) or a bounded one-axis Box of actions (a diagonal
+Gaussian, its samples clipped to the Box; the presets are tuned for CartPole: pass --env-id).
 
   python experiments/impala.py                        # CartPole-v1, one actor process
   python experiments/impala.py --mode sync --seed 3   # lock-step: every unroll from the newest params

@@ -1,10 +1,14 @@
 """PPO, synchronous or asynchronous (Sebulba-style), on any gymnasium env with Box observations
-and Discrete actions.
+and Discrete actions (a categorical policy) or a bounded one-axis Box of actions (a diagonal
+Gaussian, its samples clipped to the Box).
 
-  python experiments/ppo.py                         # CartPole-v1, one actor process
-  python experiments/ppo.py --mode sync --seed 3    # lock-step: every unroll from the newest params
+  python experiments/ppo.py                         # --preset cartpole: CartPole-v1, async
+  python experiments/ppo.py --mode sync --seed 3    # lock-step: unrolls from the newest params
   python experiments/ppo.py --agent.num-epochs 4 --agent.num-minibatches 4
-  python experiments/ppo.py --help                  # every flag
+  python experiments/ppo.py --preset pendulum       # RL Zoo's Pendulum-v1 settings
+  python experiments/ppo.py --preset mujoco         # CleanRL's MuJoCo settings, HalfCheetah-v5
+  python experiments/ppo.py --preset mujoco --env-id Hopper-v5
+  python experiments/ppo.py --preset mujoco --help  # every flag, with that preset's defaults
 
 The tuned defaults, the reasons for them and the flags are in jaxasync/train/ppo.py, which
 ``python -m jaxasync.train ppo`` runs too (for an installed package).

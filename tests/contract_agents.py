@@ -200,6 +200,17 @@ def factories():
                                             num_minibatches=3,
                                             data=ja.UnrollConfig(unroll_length=5)),
                                obs_space, action_space),
+      # PPO and IMPALA with a Gaussian head: TinyBoxEnv refuses an action outside its
+      # asymmetric Box, so an unclipped sample fails the run.
+      "ppo_box": functools.partial(ShapeRecordingPPO,
+                                   ja.PPOConfig(hidden_sizes=(8,), batch_size=2, num_epochs=2,
+                                                num_minibatches=3,
+                                                data=ja.UnrollConfig(unroll_length=5)),
+                                   obs_space, TinyBoxEnv.action_space),
+      "impala_box": functools.partial(ShapeRecordingIMPALA,
+                                      ja.IMPALAConfig(hidden_sizes=(8,), batch_size=2,
+                                                      data=ja.UnrollConfig(unroll_length=5)),
+                                      obs_space, TinyBoxEnv.action_space),
       "sac": functools.partial(ShapeRecordingSAC,
                                ja.SACConfig(hidden_sizes=(8,), batch_size=16, data=replay),
                                obs_space, TinyBoxEnv.action_space),
@@ -211,4 +222,4 @@ def factories():
 
 def env_factory(name: str) -> TinyEnvFactory:
   """The env the agent called ``name`` in ``factories()`` acts in."""
-  return TinyEnvFactory(continuous=name in ("sac", "td3"))
+  return TinyEnvFactory(continuous=name in ("sac", "td3", "ppo_box", "impala_box"))

@@ -232,8 +232,9 @@ def test_update_shapes_steps_and_no_retrace(cls, config):
 
 
 def test_errors_name_the_fix():
-  with pytest.raises(ja.ConfigError, match="SAC"):
-    ja.IMPALA(ja.IMPALAConfig(), OBS2, gym.spaces.Box(-1, 1, (1,), np.float32), "Pend-v1")
+  # (A bounded Box of actions is served by a Gaussian head: tests/test_continuous_actor_critic.py.)
+  with pytest.raises(ja.ConfigError, match="ClipAction or RescaleAction"):
+    ja.IMPALA(ja.IMPALAConfig(), OBS2, gym.spaces.Box(-np.inf, np.inf, (1,), np.float32), "Pend-v1")
   with pytest.raises(ja.ConfigError, match="gae_lambda"):
     ja.PPO(ja.PPOConfig(gae_lambda=1.5), OBS2, ACT2)
   agent = ja.PPO(ja.PPOConfig(hidden_sizes=(8,), num_minibatches=4,

@@ -60,8 +60,12 @@ def test_agent_contract(name, mode):
     envs = 3
     t1 = agent.data.unroll_length + 1
     assert shapes.obs == (k, t1, n * envs, 2) and shapes.first == (k, t1, n * envs)
-    extras = agent.extras_example()  # (PQN's actors hand over none)
-    assert shapes.extras == (None if extras is None else {"logits": (k, t1, n * envs, 2)})
+    assert shapes.action == (k, t1, n * envs, *agent.action_space.shape)
+    # (PQN's actors hand over no extras; IMPALA's and PPO's: the logits [2], or the Gaussian's
+    # mean, log-std and raw sample [1] each.)
+    extras = agent.extras_example()
+    assert shapes.extras == (None if extras is None else
+                             {key: (k, t1, n * envs, *np.shape(x)) for key, x in extras.items()})
   # Versions: every chunk came in order, actors ended on the learner's last publication.
   loop = trainer.loop
   assert loop.order_errors == 0 and loop.chunks_ingested > 0

@@ -1,15 +1,19 @@
-"""What IMPALA and PPO share: a categorical actor-critic network, the acting side of the
-contract, and the pairing of unroll timesteps into transitions.
+"""What IMPALA and PPO share: the policy heads (categorical for Discrete actions, a diagonal
+Gaussian for Box actions), the actor-critic network, the acting side of the contract, and the
+pairing of unroll timesteps into transitions.
 
 Both learn from time-major unrolls ``[T + 1, N, ...]`` (``jaxasync.collectors.unrolls``): the
-actors sample actions from the policy's logits and hand the logits to the learner as
-``extras`` (the behaviour policy, for importance ratios); ``N`` is the unrolls of one SGD
-step times their sub-envs, side by side.
+actors sample actions from the policy's distribution and hand its parameters to the learner
+as ``extras`` (the behaviour policy, for importance ratios); ``N`` is the unrolls of one SGD
+step times their sub-envs, side by side. A ``PolicyHead`` is everything that depends on the
+action kind; the losses see only its ``log_prob`` and ``entropy``.
 """
 
 from __future__ import annotations
 
+import abc
 import dataclasses
+import math
 from typing import Annotated, Any, Literal, NamedTuple, Sequence
 
 import chex
@@ -19,7 +23,6 @@ import gymnasium as gym
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import tyro
 
 from jaxasync.agent import ActorContext, Agent, key_data
@@ -32,16 +35,177 @@ from jaxasync.networks import (ACTIVATIONS, TORSOS, Activation, Torso, check_tor
 PyTree = Any
 
 
+# --- policy heads -------------------------------------------------------------------------------
+class PolicyHead(abc.ABC):
+  """What an actor-critic's policy is over one action kind: the layer that turns the policy
+  torso's features into distribution parameters ("dist params", a pytree with leaves
+  ``[..., X]``), their log-probabilities and entropy on the learner, and sampling in numpy on
+  the actor. Heads are frozen dataclasses (hashable: a field of the Flax network).
+
+  The actor's ``extras`` must hold what the learner needs to rebuild the behaviour policy and
+  the action it sampled (``behaviour`` and ``learner_action`` read them back), so the
+  importance ratio ``pi / mu`` of a lagged unroll is that of the action actually drawn.
+  """
+
+  @abc.abstractmethod
+  def dist_params(self, features: jnp.ndarray, module: nn.Module) -> PyTree:
+    """Inside ``module``'s ``nn.compact`` call: ``features [B, F]`` -> dist params ``[B, ...]``
+    (the layers and params it creates belong to ``module``)."""
+
+  @abc.abstractmethod
+  def log_prob(self, dist_params: PyTree, action: jnp.ndarray) -> jnp.ndarray:
+    """``log pi(action)``: dist params ``[..., X]``, ``action`` as ``learner_action`` gives it
+    ``[..., *]`` -> ``[...]``."""
+
+  @abc.abstractmethod
+  def entropy(self, dist_params: PyTree) -> jnp.ndarray:
+    """The distribution's entropy: ``[..., X] -> [...]``."""
+
+  @abc.abstractmethod
+  def sample(self, dist_params: PyTree, greedy: bool, rng: np.random.Generator
+             ) -> tuple[np.ndarray, dict]:
+    """On the actor, numpy dist params ``[B, X]``: ``(env actions [B, ...], extras)``, a
+    sample (or the mode when ``greedy``) as the env takes it, and the extras of ``[B, ...]``
+    leaves the learner reads back."""
+
+  @abc.abstractmethod
+  def extras_example(self) -> dict:
+    """One sub-env's ``extras`` (shapes and dtypes, for preallocation)."""
+
+  @abc.abstractmethod
+  def behaviour(self, extras: dict) -> PyTree:
+    """The behaviour policy's dist params from an unroll's ``extras`` (leaves ``[..., X]``)."""
+
+  @abc.abstractmethod
+  def learner_action(self, action: jnp.ndarray, extras: dict) -> jnp.ndarray:
+    """The action ``log_prob`` takes, from an unroll's ``action`` and ``extras``."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CategoricalHead(PolicyHead):
+  """A softmax over ``num_actions`` logits (Discrete actions); dist params: the logits
+  ``[..., A]``; extras ``{"logits"}``; sampling by the Gumbel-max trick, greedy: the argmax."""
+
+  num_actions: int
+  dtype: Any = np.int64  # the action space's
+
+  def dist_params(self, features: jnp.ndarray, module: nn.Module) -> jnp.ndarray:
+    # Orthogonal with scale 0.01: an almost uniform first policy.
+    return nn.Dense(self.num_actions, kernel_init=nn.initializers.orthogonal(0.01))(features)
+
+  def log_prob(self, dist_params: jnp.ndarray, action: jnp.ndarray) -> jnp.ndarray:
+    return action_log_prob(dist_params, action)
+
+  def entropy(self, dist_params: jnp.ndarray) -> jnp.ndarray:
+    return categorical_entropy(dist_params)
+
+  def sample(self, dist_params: np.ndarray, greedy: bool, rng: np.random.Generator
+             ) -> tuple[np.ndarray, dict]:
+    logits = dist_params
+    scores = logits if greedy else logits + rng.gumbel(size=logits.shape)
+    return np.argmax(scores, axis=-1).astype(self.dtype), {"logits": logits}
+
+  def extras_example(self) -> dict:
+    return {"logits": np.zeros(self.num_actions, np.float32)}
+
+  def behaviour(self, extras: dict) -> jnp.ndarray:
+    return extras["logits"]
+
+  def learner_action(self, action: jnp.ndarray, extras: dict) -> jnp.ndarray:
+    return action.astype(jnp.int32)
+
+
+class GaussianParams(NamedTuple):
+  """A diagonal Gaussian's parameters, leaves ``[..., A]``."""
+
+  mean: jnp.ndarray
+  log_std: jnp.ndarray
+
+
+def gaussian_log_prob(params: GaussianParams, action: jnp.ndarray) -> jnp.ndarray:
+  """``log N(action; mean, exp(log_std)^2)`` summed over the last axis: ``[..., A] -> [...]``."""
+  chex.assert_equal_shape((params.mean, params.log_std, action))
+  z = (action - params.mean) * jnp.exp(-params.log_std)
+  return jnp.sum(-0.5 * jnp.square(z) - params.log_std - 0.5 * math.log(2 * math.pi), axis=-1)
+
+
+def gaussian_entropy(params: GaussianParams) -> jnp.ndarray:
+  """A diagonal Gaussian's entropy, ``sum(log_std + 0.5 log(2 pi e))``: ``[..., A] -> [...]``."""
+  return jnp.sum(params.log_std + 0.5 * (1.0 + math.log(2 * math.pi)), axis=-1)
+
+
+@dataclasses.dataclass(frozen=True)
+class GaussianHead(PolicyHead):
+  """A diagonal Gaussian over a one-axis Box of ``A`` actions: the mean from the policy torso
+  (orthogonal init, scale 0.01), ``log_std`` a learned vector of ``A`` initialised to 0 and
+  independent of the state (the PPO paper's and CleanRL's ppo_continuous_action.py's).
+
+  The actor samples ``a ~ N(mean, std)`` and the env gets ``clip(a, low, high)`` (the Box's
+  own bounds); extras ``{"mean", "log_std", "raw_action"}`` carry the behaviour policy and the
+  unclipped sample, whose log-probability the learner takes (the clipped action's density
+  under the Gaussian would be wrong wherever the clip binds). Greedy: the clipped mean.
+  """
+
+  num_actions: int
+  low: tuple[float, ...]
+  high: tuple[float, ...]
+  dtype: Any = np.float32  # the action space's
+
+  @staticmethod
+  def for_box(space: gym.spaces.Box) -> "GaussianHead":
+    # Bounds as tuples: the head is a hashable field of the network.
+    return GaussianHead(int(space.shape[0]), tuple(float(x) for x in space.low),
+                        tuple(float(x) for x in space.high), space.dtype.type)
+
+  def dist_params(self, features: jnp.ndarray, module: nn.Module) -> GaussianParams:
+    mean = nn.Dense(self.num_actions, kernel_init=nn.initializers.orthogonal(0.01))(features)
+    log_std = module.param("log_std", nn.initializers.zeros, (self.num_actions,))
+    return GaussianParams(mean, jnp.broadcast_to(log_std, mean.shape))
+
+  def log_prob(self, dist_params: GaussianParams, action: jnp.ndarray) -> jnp.ndarray:
+    return gaussian_log_prob(dist_params, action)
+
+  def entropy(self, dist_params: GaussianParams) -> jnp.ndarray:
+    return gaussian_entropy(dist_params)
+
+  def sample(self, dist_params: GaussianParams, greedy: bool, rng: np.random.Generator
+             ) -> tuple[np.ndarray, dict]:
+    mean, log_std = dist_params
+    raw = mean if greedy else (
+        mean + np.exp(log_std) * rng.standard_normal(mean.shape, np.float32))
+    actions = np.clip(raw, np.asarray(self.low, np.float32), np.asarray(self.high, np.float32))
+    return actions.astype(self.dtype), {"mean": mean, "log_std": log_std,
+                                        "raw_action": raw.astype(np.float32)}
+
+  def extras_example(self) -> dict:
+    zeros = np.zeros(self.num_actions, np.float32)
+    return {"mean": zeros, "log_std": zeros.copy(), "raw_action": zeros.copy()}
+
+  def behaviour(self, extras: dict) -> GaussianParams:
+    return GaussianParams(extras["mean"], extras["log_std"])
+
+  def learner_action(self, action: jnp.ndarray, extras: dict) -> jnp.ndarray:
+    return extras["raw_action"].astype(jnp.float32)
+
+
+def policy_head(action_space: gym.Space) -> PolicyHead:
+  """The head for ``action_space`` (checked by ``check_actor_critic_spaces``)."""
+  if isinstance(action_space, gym.spaces.Discrete):
+    return CategoricalHead(int(action_space.n), action_space.dtype.type)
+  return GaussianHead.for_box(action_space)
+
+
 class ActorCriticNetwork(nn.Module):
-  """``obs [B, *obs_shape] -> (logits [B, A], value [B])``.
+  """``obs [B, *obs_shape] -> (dist params [B, ...], value [B])``.
 
   Separate torsos for the policy and the value by default (PPO's usual choice on vector
   observations: the value's regression does not disturb the policy's features); one shared
-  torso with ``shared_torso`` (IMPALA's, and cheaper for CNNs). The heads are initialised
-  orthogonally with scales 0.01 (an almost uniform first policy) and 1.
+  torso with ``shared_torso`` (IMPALA's, and cheaper for CNNs). The policy's output layer is
+  the ``head``'s; the value head is initialised orthogonally with scale 1.
 
   Attributes:
-    num_actions: ``A``.
+    head: the policy head (``CategoricalHead``: logits ``[B, A]``; ``GaussianHead``:
+      ``GaussianParams``).
     torso: a ``jaxasync.networks`` torso name.
     hidden_sizes: the torso's layer widths.
     shared_torso: one torso for both heads.
@@ -49,7 +213,7 @@ class ActorCriticNetwork(nn.Module):
     orthogonal_init: the MLP torso's kernels orthogonal with gain sqrt(2).
   """
 
-  num_actions: int
+  head: PolicyHead
   torso: str = "mlp"
   hidden_sizes: Sequence[int] = (64, 64)
   shared_torso: bool = False
@@ -57,15 +221,16 @@ class ActorCriticNetwork(nn.Module):
   orthogonal_init: bool = False
 
   @nn.compact
-  def __call__(self, obs: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+  def __call__(self, obs: jnp.ndarray) -> tuple[PyTree, jnp.ndarray]:
     torso = lambda: make_torso(self.torso, self.hidden_sizes, activation=self.activation,
                                orthogonal_init=self.orthogonal_init)
     policy_features = torso()(obs)
     value_features = policy_features if self.shared_torso else torso()(obs)
-    logits = nn.Dense(self.num_actions, kernel_init=nn.initializers.orthogonal(0.01))(
-        policy_features)
+    # (The policy's layer is made before the value's, so a categorical network's params keep
+    # their names: Dense_0 the logits, Dense_1 the value.)
+    dist_params = self.head.dist_params(policy_features, self)
     value = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0))(value_features)[..., 0]
-    return logits, value
+    return dist_params, value
 
 
 @flax.struct.dataclass
@@ -84,8 +249,9 @@ class UnrollPairs(NamedTuple):
   Attributes:
     mask: the pair is a real transition (``~first[t + 1]``): False from an episode's last
       observation to the next episode's reset observation.
-    action: action taken at ``t``.
-    behaviour_logits: the actor's logits at ``t`` (``[T, N, A]``).
+    action: action taken at ``t``, as the head's ``log_prob`` takes it (Discrete: int32
+      ``[T, N]``; Gaussian: the unclipped sample ``[T, N, A]``).
+    behaviour: the actor's dist params at ``t`` (leaves ``[T, N, X]``: categorical, the logits).
     reward: reward of the step ``t -> t + 1``.
     discount: ``gamma`` times the env's discount at ``t + 1`` (0 where the episode
       terminated; ``gamma`` where it was truncated, so ``V(obs[t + 1])``, the true final
@@ -94,15 +260,20 @@ class UnrollPairs(NamedTuple):
 
   mask: jnp.ndarray
   action: jnp.ndarray
-  behaviour_logits: jnp.ndarray
+  behaviour: PyTree
   reward: jnp.ndarray
   discount: jnp.ndarray
 
 
-def unroll_pairs(unroll, gamma: float) -> UnrollPairs:
-  """The transitions of an ``Unroll`` with leaves ``[T + 1, N, ...]`` (dm_env/rlax pairing)."""
-  return UnrollPairs(mask=~unroll.first[1:], action=unroll.action[:-1].astype(jnp.int32),
-                     behaviour_logits=unroll.extras["logits"][:-1],
+def unroll_pairs(unroll, gamma: float, head: PolicyHead | None = None) -> UnrollPairs:
+  """The transitions of an ``Unroll`` with leaves ``[T + 1, N, ...]`` (dm_env/rlax pairing);
+  ``head`` reads the behaviour policy and the action from it (default: categorical, from
+  ``extras["logits"]``)."""
+  head = CategoricalHead(unroll.extras["logits"].shape[-1]) if head is None else head
+  behaviour = jax.tree.map(lambda x: x[:-1], head.behaviour(unroll.extras))
+  return UnrollPairs(mask=~unroll.first[1:],
+                     action=head.learner_action(unroll.action, unroll.extras)[:-1],
+                     behaviour=behaviour,
                      reward=unroll.reward[1:].astype(jnp.float32),
                      discount=gamma * unroll.discount[1:].astype(jnp.float32))
 
@@ -139,22 +310,35 @@ def masked_standardize(x: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
   return (x - mean) / (std + 1e-8)
 
 
-def check_discrete_actor_critic_spaces(obs_space: gym.Space, action_space: gym.Space,
-                                       env_id: str, name: str) -> None:
-  """Raises ``ConfigError`` unless the spaces suit a categorical actor-critic."""
-  if not isinstance(action_space, gym.spaces.Discrete):
+def check_actor_critic_spaces(obs_space: gym.Space, action_space: gym.Space, env_id: str,
+                              name: str) -> None:
+  """Raises ``ConfigError`` unless the spaces suit an actor-critic: Box observations and
+  Discrete actions or a one-axis Box of actions with finite bounds."""
+  if isinstance(action_space, gym.spaces.Box):
+    if len(action_space.shape) != 1:
+      raise ConfigError(
+          f"{env_id} has actions of shape {action_space.shape}; {name} needs a one-axis Box [A] "
+          "(or Discrete). Flatten the action space in a wrapper first.")
+    if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
+      raise ConfigError(
+          f"{env_id} has an unbounded action Box (low={action_space.low}, high="
+          f"{action_space.high}); {name} clips its Gaussian actions to the Box's bounds. Wrap "
+          "the env with gymnasium.wrappers.ClipAction or RescaleAction, or give the Box finite "
+          "bounds.")
+  elif not isinstance(action_space, gym.spaces.Discrete):
     raise ConfigError(
-        f"{env_id} has action space {action_space}; {name} here has a categorical policy and "
-        "needs a Discrete action space. For continuous actions use SAC (experiments/sac.py).")
+        f"{env_id} has action space {action_space}; {name} needs a Discrete action space or a "
+        "one-axis Box of actions.")
   check_box_observations(obs_space, env_id, name)
 
 
-class DiscreteActorCritic(Agent):
+class ActorCritic(Agent):
   """The acting side of IMPALA and PPO, their network and their initial state.
 
-  Actors call ``policy`` (the logits, one jitted call) and ``select`` (a categorical sample
-  by the Gumbel-max trick in numpy, or the argmax for a greedy evaluation); the logits go
-  to the learner as ``extras["logits"]``.
+  Actors call ``policy`` (the dist params, one jitted call) and ``select`` (the ``head``'s
+  numpy sample, or its mode for a greedy evaluation); the behaviour policy goes to the
+  learner as ``extras`` (categorical: ``{"logits"}``; Gaussian: ``{"mean", "log_std",
+  "raw_action"}``).
 
   Subclasses set ``self.optimizer`` (``init`` builds its state) and write ``update``.
 
@@ -165,56 +349,55 @@ class DiscreteActorCritic(Agent):
 
   def _setup(self, config, obs_space: gym.Space, action_space: gym.Space, env_id: str,
              name: str) -> None:
-    check_discrete_actor_critic_spaces(obs_space, action_space, env_id, name)
+    check_actor_critic_spaces(obs_space, action_space, env_id, name)
     check_torso(config.torso, obs_space.shape, env_id)
     self.keep_config(config, obs_space, action_space)
-    self.num_actions = int(action_space.n)
+    self.head = policy_head(action_space)
     torso = (default_torso(obs_space.shape, obs_space.dtype) if config.torso == "auto"
              else config.torso)
-    self.network = ActorCriticNetwork(self.num_actions, torso, tuple(config.hidden_sizes),
+    self.network = ActorCriticNetwork(self.head, torso, tuple(config.hidden_sizes),
                                       config.shared_torso, config.activation,
                                       config.orthogonal_init)
-    self.logits = jax.jit(lambda params, obs: self.network.apply(params, obs)[0])
+    self._dist_params = jax.jit(lambda params, obs: self.network.apply(params, obs)[0])
 
   def init_params(self, key: chex.PRNGKey) -> PyTree:
     obs = jnp.zeros((1,) + self.obs_space.shape, self.obs_space.dtype)
     return self.network.init(key, obs)
 
-  def apply_unroll(self, params: PyTree, obs: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
-    """The network over time-major ``obs`` ``[T + 1, N, *obs_shape]``: logits
-    ``[T + 1, N, A]`` and values ``[T + 1, N]`` (one call over the flattened leading axes).
+  def apply_unroll(self, params: PyTree, obs: jnp.ndarray) -> tuple[PyTree, jnp.ndarray]:
+    """The network over time-major ``obs`` ``[T + 1, N, *obs_shape]``: dist params (leaves
+    ``[T + 1, N, X]``) and values ``[T + 1, N]`` (one call over the flattened leading axes).
 
     The leading axes are flattened batch-major (``[N * (T + 1)]``): a multi-device learner
     shards ``N``, and a reshape that keeps the sharded axis outermost keeps each device's
     items on it; flattening time-major would gather the whole batch onto every device."""
     flat_obs = batch_major(obs)
-    logits, values = self.network.apply(params, flat_obs)
+    dist_params, values = self.network.apply(params, flat_obs)
     unflat = lambda x: jnp.swapaxes(x.reshape(obs.shape[1::-1] + x.shape[1:]), 0, 1)
-    return unflat(logits), unflat(values)
+    return jax.tree.map(unflat, dist_params), unflat(values)
 
   @staticmethod
   def policy_params(state) -> PyTree:
     return state.params
 
   def extras_example(self) -> dict:
-    return {"logits": np.zeros(self.num_actions, np.float32)}
+    return self.head.extras_example()
 
   def initial_actor_state(self, context: ActorContext) -> bool:
     """Whether to act greedily: only when evaluating with ``eval_greedy``."""
     return bool(context.evaluation and self.config.eval_greedy)
 
   def policy(self, params: PyTree, obs: np.ndarray, rng: np.random.Generator,
-             explore: bool = True) -> np.ndarray:
-    """The policy's logits ``[B, A]`` (float32 numpy)."""
-    return np.asarray(self.logits(params, obs), np.float32)
+             explore: bool = True) -> PyTree:
+    """The policy's dist params (leaves ``[B, X]``, float32 numpy: categorical, the logits)."""
+    return jax.tree.map(lambda x: np.asarray(x, np.float32), self._dist_params(params, obs))
 
-  def select(self, logits: np.ndarray, greedy: bool, rng: np.random.Generator
+  def select(self, dist_params: PyTree, greedy: bool, rng: np.random.Generator
              ) -> tuple[np.ndarray, dict, bool]:
-    """A sample of ``softmax(logits)`` per row (Gumbel-max), or the argmax when ``greedy``;
-    extras: the logits."""
-    scores = logits if greedy else logits + rng.gumbel(size=logits.shape)
-    actions = np.argmax(scores, axis=-1).astype(self.action_space.dtype)
-    return actions, {"logits": logits}, greedy
+    """The head's sample per row (categorical: Gumbel-max), or its mode when ``greedy``; extras:
+    the behaviour policy (and the head's unclipped sample)."""
+    actions, extras = self.head.sample(dist_params, greedy, rng)
+    return actions, extras, greedy
 
   def init(self, key: chex.PRNGKey) -> ActorCriticState:
     """The initial state: the network's params, the subclass's ``self.optimizer`` state, and
@@ -244,7 +427,8 @@ class ActorCriticConfig:
     adam_eps: Adam epsilon.
     max_grad_norm: global-norm gradient clipping; 0: none.
     entropy_cost: weight of the entropy bonus.
-    eval_greedy: evaluate with the argmax action (False: sample, as in training).
+    eval_greedy: evaluate with the mode (the argmax action, or the Gaussian's clipped mean;
+      False: sample, as in training).
     data: what it learns from: unrolls of ``unroll_length`` steps through a queue that drops
       those older than ``max_policy_lag`` SGD steps (``UnrollConfig``; shown among the
       agent's flags, ``--agent.unroll-length``).

@@ -1,7 +1,8 @@
 """IMPALA (Espeholt et al. 2018): an actor-critic corrected for policy lag by V-trace.
 
 Actors run ahead of the learner with older params; each unroll carries the behaviour
-policy's logits, and the learner weighs every step by the clipped importance ratio
+policy (its logits, or a Gaussian's mean and log-std with the unclipped sample), and the
+learner weighs every step by the clipped importance ratio
 ``rho = pi(a|x) / mu(a|x)`` (``rlax.vtrace_td_error_and_advantage``, vmapped over the batch).
 
 Episode boundaries inside an unroll (``jaxasync.collectors.unrolls``): the pair from an
@@ -20,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import chex
 import gymnasium as gym
 import jax
 import jax.numpy as jnp
@@ -27,11 +29,9 @@ import optax
 import rlax
 
 from jaxasync.agents.optimizers import adam_with_clipping
-from jaxasync.agents.actor_critic import (ActorCriticConfig, ActorCriticState,
-                                          DiscreteActorCritic, action_log_prob,
-                                          categorical_entropy, masked_mean,
-                                          masked_standardize,
-                                          unroll_pairs)
+from jaxasync.agents.actor_critic import (ActorCritic, ActorCriticConfig, ActorCriticState,
+                                          CategoricalHead, PolicyHead, masked_mean,
+                                          masked_standardize, unroll_pairs)
 from jaxasync.collectors.unrolls import Unroll
 from jaxasync.errors import ConfigError
 
@@ -65,13 +65,16 @@ class IMPALAConfig(ActorCriticConfig):
       raise ConfigError("clip_rho_threshold and clip_pg_rho_threshold must be > 0.")
 
 
-def vtrace_losses(logits: jnp.ndarray, values: jnp.ndarray, pairs, config: IMPALAConfig
-                  ) -> tuple[jnp.ndarray, dict]:
-  """IMPALA's loss from the learner's ``logits [T + 1, N, A]`` and ``values [T + 1, N]`` on
-  an unroll's ``pairs`` (``unroll_pairs``); returns the loss and its parts."""
-  logits_tm1 = logits[:-1]
-  log_pi = action_log_prob(logits_tm1, pairs.action)
-  log_mu = action_log_prob(pairs.behaviour_logits, pairs.action)
+def vtrace_losses(dist_params, values: jnp.ndarray, pairs, config: IMPALAConfig,
+                  head: PolicyHead | None = None) -> tuple[jnp.ndarray, dict]:
+  """IMPALA's loss from the learner's dist params (leaves ``[T + 1, N, X]``: ``head``'s,
+  categorical logits when None) and ``values [T + 1, N]`` on an unroll's ``pairs``
+  (``unroll_pairs`` with the same head); returns the loss and its parts."""
+  chex.assert_rank(values, 2)
+  head = CategoricalHead(dist_params.shape[-1]) if head is None else head
+  dist_tm1 = jax.tree.map(lambda x: x[:-1], dist_params)
+  log_pi = head.log_prob(dist_tm1, pairs.action)
+  log_mu = head.log_prob(pairs.behaviour, pairs.action)
   # rho = 0 on non-transitions: no TD error there and c = 0, so the recursion stops.
   rho = jax.lax.stop_gradient(jnp.exp(log_pi - log_mu)) * pairs.mask
   vtrace = jax.vmap(
@@ -84,20 +87,22 @@ def vtrace_losses(logits: jnp.ndarray, values: jnp.ndarray, pairs, config: IMPAL
     advantage = masked_standardize(advantage, pairs.mask)
   pg_loss = -masked_mean(advantage * log_pi, pairs.mask)
   baseline_loss = masked_mean(0.5 * jnp.square(vtrace.errors), pairs.mask)
-  entropy = masked_mean(categorical_entropy(logits_tm1), pairs.mask)
+  entropy = masked_mean(head.entropy(dist_tm1), pairs.mask)
   loss = pg_loss + config.baseline_cost * baseline_loss - config.entropy_cost * entropy
   return loss, {"loss": loss, "pg_loss": pg_loss, "baseline_loss": baseline_loss,
                 "entropy": entropy, "rho_mean": masked_mean(rho, pairs.mask),
                 "value_mean": masked_mean(values[:-1], pairs.mask)}
 
 
-class IMPALA(DiscreteActorCritic):
-  """IMPALA with V-trace, for Box observations and Discrete actions, on unrolls from a queue.
+class IMPALA(ActorCritic):
+  """IMPALA with V-trace, for Box observations and Discrete actions (a categorical policy) or
+  a one-axis Box of actions (a diagonal Gaussian, actions clipped to the Box), on unrolls from
+  a queue.
 
   Args:
     config: hyperparameters.
     obs_space: one sub-env's observation space (a ``Box``).
-    action_space: one sub-env's action space (``Discrete``).
+    action_space: one sub-env's action space (``Discrete``, or a bounded one-axis ``Box``).
     env_id: named in error messages.
   """
 
@@ -111,8 +116,9 @@ class IMPALA(DiscreteActorCritic):
 
   def loss(self, params: PyTree, unroll: Unroll) -> tuple[jnp.ndarray, dict]:
     """IMPALA's loss on one batch of unrolls (leaves ``[T + 1, N, ...]``)."""
-    logits, values = self.apply_unroll(params, unroll.obs)
-    return vtrace_losses(logits, values, unroll_pairs(unroll, self.config.gamma), self.config)
+    dist_params, values = self.apply_unroll(params, unroll.obs)
+    return vtrace_losses(dist_params, values, unroll_pairs(unroll, self.config.gamma, self.head),
+                         self.config, self.head)
 
   def _sgd_step(self, state: ActorCriticState, unroll: Unroll):
     grads, metrics = jax.grad(self.loss, has_aux=True)(state.params, unroll)

@@ -4,7 +4,8 @@ One "SGD step" of the loop is one PPO iteration on one batch of unrolls: advanta
 (``rlax.truncated_generalized_advantage_estimation``, vmapped over the batch) from the
 learner's current values, then ``num_epochs`` passes of ``num_minibatches`` shuffled
 minibatches of the clipped surrogate objective. The ratio's denominator is the behaviour
-policy the actor acted with (its logits come with the unroll), so an unroll made by older
+policy the actor acted with (its distribution's parameters come with the unroll: the logits,
+or a Gaussian's mean and log-std with the unclipped sample), so an unroll made by older
 params is corrected by the same clipping; the policy lag is recorded, and unrolls older than
 ``max_policy_lag`` are dropped by the queue.
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Any, NamedTuple
 
+import chex
 import gymnasium as gym
 import jax
 import jax.numpy as jnp
@@ -27,11 +29,9 @@ import tyro
 
 from jaxasync.agents.minibatches import minibatch_epochs
 from jaxasync.agents.optimizers import adam_with_clipping
-from jaxasync.agents.actor_critic import (ActorCriticConfig, ActorCriticState,
-                                          DiscreteActorCritic, action_log_prob, batch_major,
-                                          categorical_entropy, masked_mean,
-                                          masked_standardize,
-                                          unroll_pairs)
+from jaxasync.agents.actor_critic import (ActorCritic, ActorCriticConfig, ActorCriticState,
+                                          CategoricalHead, PolicyHead, batch_major, masked_mean,
+                                          masked_standardize, unroll_pairs)
 from jaxasync.collectors.unrolls import Unroll
 from jaxasync.errors import ConfigError
 from jaxasync.pipeline import UnrollConfig
@@ -86,7 +86,8 @@ class PPOBatch(NamedTuple):
 
   Attributes:
     obs: observations ``[M, *obs_shape]``.
-    action: actions taken ``[M]``.
+    action: actions taken, as the head's ``log_prob`` takes them (``[M]``; Gaussian: the
+      unclipped samples ``[M, A]``).
     behaviour_log_prob: ``log mu(a|x)`` of the policy the actor acted with ``[M]``.
     advantage: GAE advantages ``[M]``.
     value_target: ``advantage + V_old`` ``[M]``.
@@ -116,11 +117,14 @@ def gae_advantages(pairs, values: jnp.ndarray, gae_lambda: float) -> jnp.ndarray
       pairs.reward, pairs.discount, lambdas, values)
 
 
-def ppo_losses(logits: jnp.ndarray, values: jnp.ndarray, batch: PPOBatch, config: PPOConfig
-               ) -> tuple[jnp.ndarray, dict]:
-  """The clipped-surrogate loss on a minibatch from the learner's ``logits [M, A]`` and
-  ``values [M]``; returns the loss and its parts (means over the real transitions)."""
-  log_pi = action_log_prob(logits, batch.action)
+def ppo_losses(dist_params, values: jnp.ndarray, batch: PPOBatch, config: PPOConfig,
+               head: PolicyHead | None = None) -> tuple[jnp.ndarray, dict]:
+  """The clipped-surrogate loss on a minibatch from the learner's dist params (leaves
+  ``[M, X]``: ``head``'s, categorical logits when None) and ``values [M]``; returns the loss
+  and its parts (means over the real transitions)."""
+  chex.assert_rank(values, 1)
+  head = CategoricalHead(dist_params.shape[-1]) if head is None else head
+  log_pi = head.log_prob(dist_params, batch.action)
   log_ratio = log_pi - batch.behaviour_log_prob
   ratio = jnp.exp(log_ratio)
   advantage = batch.advantage
@@ -135,7 +139,7 @@ def ppo_losses(logits: jnp.ndarray, values: jnp.ndarray, batch: PPOBatch, config
     clipped = batch.old_value + jnp.clip(values - batch.old_value, -vc, vc)
     value_error = jnp.maximum(value_error, jnp.square(clipped - batch.value_target))
   value_loss = masked_mean(0.5 * value_error, batch.mask)
-  entropy = masked_mean(categorical_entropy(logits), batch.mask)
+  entropy = masked_mean(head.entropy(dist_params), batch.mask)
   loss = pg_loss + config.value_cost * value_loss - config.entropy_cost * entropy
   return loss, {"loss": loss, "pg_loss": pg_loss, "value_loss": value_loss,
                 "entropy": entropy,
@@ -144,14 +148,15 @@ def ppo_losses(logits: jnp.ndarray, values: jnp.ndarray, batch: PPOBatch, config
                                              batch.mask)}
 
 
-class PPO(DiscreteActorCritic):
-  """PPO with GAE and a clipped surrogate, for Box observations and Discrete actions, on
-  unrolls from a queue.
+class PPO(ActorCritic):
+  """PPO with GAE and a clipped surrogate, for Box observations and Discrete actions (a
+  categorical policy) or a one-axis Box of actions (a diagonal Gaussian with a
+  state-independent log-std, actions clipped to the Box), on unrolls from a queue.
 
   Args:
     config: hyperparameters.
     obs_space: one sub-env's observation space (a ``Box``).
-    action_space: one sub-env's action space (``Discrete``).
+    action_space: one sub-env's action space (``Discrete``, or a bounded one-axis ``Box``).
     env_id: named in error messages.
   """
 
@@ -168,20 +173,19 @@ class PPO(DiscreteActorCritic):
   def iteration_batch(self, params: PyTree, unroll: Unroll) -> PPOBatch:
     """The flat ``[T * N]`` transitions of ``unroll`` with advantages and value targets from
     ``params`` (held constant for the iteration)."""
-    pairs = unroll_pairs(unroll, self.config.gamma)
+    pairs = unroll_pairs(unroll, self.config.gamma, self.head)
     _, values = self.apply_unroll(params, unroll.obs)
     values = jax.lax.stop_gradient(values)
     advantage = gae_advantages(pairs, values, self.config.gae_lambda)
     flat = batch_major
     return PPOBatch(obs=flat(unroll.obs[:-1]), action=flat(pairs.action),
-                    behaviour_log_prob=flat(action_log_prob(pairs.behaviour_logits,
-                                                            pairs.action)),
+                    behaviour_log_prob=flat(self.head.log_prob(pairs.behaviour, pairs.action)),
                     advantage=flat(advantage), value_target=flat(advantage + values[:-1]),
                     old_value=flat(values[:-1]), mask=flat(pairs.mask))
 
   def loss(self, params: PyTree, batch: PPOBatch) -> tuple[jnp.ndarray, dict]:
-    logits, values = self.network.apply(params, batch.obs)
-    return ppo_losses(logits, values, batch, self.config)
+    dist_params, values = self.network.apply(params, batch.obs)
+    return ppo_losses(dist_params, values, batch, self.config, self.head)
 
   def _iteration(self, state: ActorCriticState, unroll: Unroll):
     c = self.config

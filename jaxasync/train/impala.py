@@ -1,5 +1,6 @@
 """IMPALA (V-trace), synchronous or asynchronous, on any gymnasium env with Box observations
-and Discrete actions.
+and Discrete actions (a categorical policy) or a bounded one-axis Box of actions (a diagonal
+Gaussian, its samples clipped to the Box; the presets are tuned for CartPole: pass --env-id).
 
   python -m jaxasync.train impala                        # CartPole-v1, one actor process
   python -m jaxasync.train impala --mode sync --seed 3   # lock-step: every unroll from the newest params
@@ -7,7 +8,7 @@ and Discrete actions.
   python -m jaxasync.train impala --help                 # every flag
 
 Actors push unrolls of --agent.unroll-length steps of their --num-envs sub-envs with the
-behaviour logits; the learner takes --agent.batch-size unrolls per SGD step, oldest first,
+behaviour policy; the learner takes --agent.batch-size unrolls per SGD step, oldest first,
 each once, and drops those older than --agent.max-policy-lag SGD steps. The run's and the
 actors' flags are jaxasync.train.dqn's; the agent's are --agent.*.
 """
