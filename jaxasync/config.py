@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 from jaxasync.errors import ConfigError
 
@@ -115,6 +115,12 @@ def default_actor_mode() -> str:
 class ActorsConfig:
   """How actors run and reach the learner.
 
+  The lock-step actor (mode 'sync', or 'auto' where it resolves to 'sync') reads ``mode`` and
+  ``num_envs`` only (``LOCKSTEP_FIELDS``); every other field arranges actors beside the learner,
+  and ``validate`` refuses a lock-step run where one of them is set away from its class default
+  rather than ignore it. (The experiment scripts put back the ones their own defaults set:
+  ``jaxasync.experiment.lockstep_actors``.)
+
   Attributes:
     mode: 'sync' (one lock-step actor in the learner loop's thread: deterministic per seed,
       the debugging mode), 'thread', 'process' (spawned; no GIL shared with the learner),
@@ -168,6 +174,20 @@ class ActorsConfig:
   ray_address: str | None = None
   ray_chunks_ahead: int = 4
 
+  # What the lock-step actor reads; it ignores every other field.
+  LOCKSTEP_FIELDS: ClassVar[tuple[str, ...]] = ("mode", "num_envs")
+
+  @classmethod
+  def actor_fields(cls) -> tuple[str, ...]:
+    """The fields only actors beside the learner read (threads, processes, Ray)."""
+    return tuple(f.name for f in dataclasses.fields(cls) if f.name not in cls.LOCKSTEP_FIELDS)
+
+  def set_actor_fields(self) -> dict[str, Any]:
+    """``actor_fields`` set away from their class default, ``{name: value}``."""
+    defaults = type(self)()
+    return {name: getattr(self, name) for name in self.actor_fields()
+            if getattr(self, name) != getattr(defaults, name)}
+
   @property
   def resolved_mode(self) -> str:
     """``mode`` with 'auto' resolved (``default_actor_mode``)."""
@@ -184,7 +204,8 @@ class ActorsConfig:
                         f"{self.mode!r}.")
     if self.num_envs < 1:
       raise ConfigError(f"num_envs must be >= 1, got {self.num_envs}.")
-    if self.lockstep:  # nothing else applies to the one in-thread actor
+    if self.lockstep:
+      self._check_lockstep()
       return
     if self.resolved_mode == "ray":
       if self.inference_servers:
@@ -205,3 +226,13 @@ class ActorsConfig:
                         "inference_delay >= 0.")
     if self.inference_device not in ("default", "cpu"):
       raise ConfigError(f"inference_device must be 'default' or 'cpu', got {self.inference_device!r}.")
+
+  def _check_lockstep(self) -> None:
+    """Refuses a lock-step run with actor fields set, which it would silently ignore."""
+    ignored = self.set_actor_fields()
+    if ignored:
+      mode = "mode 'sync'" if self.mode == "sync" else "mode 'auto' (here 'sync': one core)"
+      settings = ", ".join(f"{name}={value!r}" for name, value in ignored.items())
+      raise ConfigError(f"{mode} runs one lock-step actor in the learner's thread, which "
+                        f"ignores {settings}: drop them, or use mode 'thread' or 'process' "
+                        "for actors beside the learner.")

@@ -84,6 +84,14 @@ class RunArgs:
   actors: Annotated[ja.ActorsConfig, Flat] = dataclasses.field(
       default_factory=lambda: ja.ActorsConfig(mode="auto", num_envs=4, sync_interval=10))
 
+  def preset_defaults(self) -> RunArgs:
+    """The flags' defaults this command line was parsed over: the chosen preset's for a
+    script with ``--preset`` (its module's ``PRESETS``, as ``parse_with_presets`` reads
+    them), else the class's."""
+    presets = getattr(sys.modules[type(self).__module__], "PRESETS", None)
+    preset = getattr(self, "preset", None)
+    return presets[preset]() if presets and preset else type(self)()
+
   @property
   def logdir(self) -> str:
     """The run's directory (``with_logdir`` fills it in when no --logdir was given)."""
@@ -141,6 +149,21 @@ def on_policy_actors() -> ja.ActorsConfig:
   # beside the learner, 0.63x unpinned: README, Performance). Published every SGD step:
   # on-policy learning wants the freshest behaviour policy.
   return ja.ActorsConfig(mode="auto", num_envs=8, sync_interval=1, pin_cpus=True)
+
+
+def lockstep_actors(actors: ja.ActorsConfig, defaults: ja.ActorsConfig) -> ja.ActorsConfig:
+  """``actors`` as a lock-step run takes them: when its resolved mode is 'sync', each field
+  only actors beside the learner read (``ActorsConfig.actor_fields``) that keeps the script's
+  default (``defaults``: its preset's, which may publish every SGD step or pin cores for the
+  async run) goes back to the class default. So ``--mode sync`` over such a preset runs, and
+  ``ActorsConfig.validate`` refuses only what the user set (``--mode sync --num-actors 4``); a
+  flag given at its script's default cannot be told from an absent one and is dropped too."""
+  if not actors.lockstep:
+    return actors
+  base = type(actors)()
+  kept = {name: getattr(base, name) for name in actors.actor_fields()
+          if getattr(actors, name) == getattr(defaults, name)}
+  return dataclasses.replace(actors, **kept)
 
 
 @dataclasses.dataclass
@@ -477,6 +500,10 @@ def _run(args: RunArgs, title: str, agent_cls: type[ja.Agent], agent_cfg: Any,
     from jaxasync.video import check_renders, check_writer
     check_writer()
     check_renders(eval_env.env_id)
+  # A preset's actor settings for the async run give way to --mode sync; what the user set is
+  # left for ActorsConfig.validate to refuse.
+  args = dataclasses.replace(
+      args, actors=lockstep_actors(args.actors, args.preset_defaults().actors))
   run_config, actors = args.run, args.actors
   resume = args.resume_from or args.resume  # a checkpoint path, or True: the newest
   obs_space, action_space = ja.envs.spaces_of(env)
