@@ -14,6 +14,7 @@ reads options from each box's cells.
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import subprocess
@@ -22,11 +23,21 @@ from pathlib import Path
 
 import pytest
 
+import jaxasync as ja
+from jaxasync.train import ALGORITHMS, TrainModule
+
 REPO = Path(__file__).resolve().parents[1]
-SCRIPTS = ("experiments/dqn.py", "experiments/rainbow.py", "experiments/sac.py",
-           "experiments/td3.py", "experiments/impala.py", "experiments/ppo.py",
-           "experiments/pqn.py")
-ON_POLICY = ("experiments/impala.py", "experiments/ppo.py", "experiments/pqn.py")
+SCRIPTS = tuple(sorted(str(p.relative_to(REPO)) for p in (REPO / "experiments").glob("*.py")))
+
+
+def train_module(script: str) -> TrainModule:
+  """The ``jaxasync.train`` module an ``experiments/<algo>.py`` script runs."""
+  return importlib.import_module(f"jaxasync.train.{Path(script).stem}")
+
+
+# Learning from unrolls, they have no replay flags.
+ON_POLICY = tuple(s for s in SCRIPTS if Path(s).stem in ALGORITHMS
+                  and isinstance(train_module(s).Args().agent.data, ja.UnrollConfig))
 CELL = re.compile(r"│([^│]*)│")  # one box's row: the text between its left and right borders
 # Each script's agent flags to look for ("--agent." prefixed but for rainbow.py's).
 AGENT_FLAGS = {
@@ -43,6 +54,21 @@ AGENT_FLAGS = {
 # --agent.gamma is the discount).
 REPLAY_FLAGS = ("gamma", "warmup-period", "n-step", "replay-capacity")
 OPTION = re.compile(r"^ (-[-\w.]+)")  # an option's first row: one space of padding, then the flag
+
+
+def test_every_script_runs_its_train_module_and_every_module_has_a_script():
+  """experiments/<algo>.py and jaxasync.train.<algo> come in pairs (both lists are derived:
+  SCRIPTS from the directory, ALGORITHMS from the package)."""
+  assert sorted(Path(s).stem for s in SCRIPTS) == sorted(ALGORITHMS)
+  for script in SCRIPTS:
+    algo = Path(script).stem
+    assert f"from jaxasync.train.{algo} import cli" in (REPO / script).read_text(), script
+    assert isinstance(train_module(script), TrainModule), f"jaxasync.train.{algo}"
+
+
+def test_on_policy_scripts_are_found():
+  assert {Path(s).stem for s in ON_POLICY} >= {"impala", "ppo", "pqn"}
+  assert not {Path(s).stem for s in ON_POLICY} & {"dqn", "rainbow", "sac", "td3"}
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +124,8 @@ def test_every_option_is_described(helps, script):
   assert len(options) > 50, f"only {len(options)} options parsed from:\n{helps[script]}"
   prefix = "--" if script.endswith("rainbow.py") else "--agent."
   replay_flags = () if script in ON_POLICY else tuple(prefix + f for f in REPLAY_FLAGS)
-  for flag in ("--seed", "--max-opts", "--eval-interval", *replay_flags, *AGENT_FLAGS[script],
+  for flag in ("--seed", "--max-opts", "--eval-interval", *replay_flags,
+               *AGENT_FLAGS.get(script, ()),
                "--max-restarts", "--inference-device"):
     assert flag in options, f"{flag} not found in {script} --help"
   if script in ON_POLICY:

@@ -11,7 +11,7 @@ from jaxasync.train import ALGORITHMS, __doc__ as USAGE
 
 def main(argv: list[str]) -> None:
   if not argv or argv[0] in ("-h", "--help"):
-    print(USAGE)
+    print(f"{USAGE.rstrip()}\n\nALGO is one of: {', '.join(ALGORITHMS)}.")
     sys.exit(0 if argv else 2)
   algo, rest = argv[0], argv[1:]
   if algo not in ALGORITHMS:
