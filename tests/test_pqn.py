@@ -129,6 +129,28 @@ def test_actors_explore_on_the_schedule_and_evaluate_greedily():
   np.testing.assert_array_equal(actions, greedy)
 
 
+def test_pqn_acts_as_dqn_does():
+  """One epsilon-greedy acting for both (exploration.EpsilonGreedyActing): the same greedy
+  actions, schedule and rng give the same actions and states, training and evaluating."""
+  from jaxasync.agents.exploration import EpsilonGreedyActing
+  settings = dict(eps_start=0.9, eps_end=0.1, eps_decay_steps=200, eval_epsilon=0.05)
+  cartpole = gym.make("CartPole-v1")
+  pqn = ja.PQN(ja.PQNConfig(**settings), cartpole.observation_space, cartpole.action_space)
+  dqn = ja.DQN(ja.DQNConfig(**settings), cartpole.observation_space, cartpole.action_space)
+  assert isinstance(pqn, EpsilonGreedyActing) and isinstance(dqn, EpsilonGreedyActing)
+  greedy = np.arange(8, dtype=np.int32) % 2
+  for context in (ja.ActorContext(actor_id=1, num_actors=2, num_envs=8, env_steps=30),
+                  ja.ActorContext(num_envs=8, evaluation=True)):
+    states = [agent.initial_actor_state(context) for agent in (pqn, dqn)]
+    rngs = [np.random.default_rng(5), np.random.default_rng(5)]
+    for _ in range(50):
+      (a, _, states[0]), (b, _, states[1]) = (
+          agent.select(greedy, state, rng) for agent, state, rng in zip((pqn, dqn), states, rngs))
+      np.testing.assert_array_equal(a, b)
+      assert a.dtype == b.dtype and states[0] == states[1]
+    assert pqn.actor_metrics(states[0]) == dqn.actor_metrics(states[1])
+
+
 def test_update_runs_epochs_of_minibatches_and_counts_iterations():
   agent = _agent(num_epochs=2, num_minibatches=3, data=ja.UnrollConfig(unroll_length=5))
   state = agent.init(jax.random.PRNGKey(0))

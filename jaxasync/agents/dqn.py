@@ -37,8 +37,7 @@ import optax
 import tyro
 
 from jaxasync.agent import ActorContext, Agent, key_data
-from jaxasync.agents.exploration import (EpsilonState, apex_epsilons, epsilon_greedy,
-                                         linear_epsilon)
+from jaxasync.agents.exploration import EpsilonGreedyActing, apex_epsilons
 from jaxasync.errors import ConfigError
 from jaxasync.envs import check_box_observations
 from jaxasync.agents import optimizers
@@ -197,7 +196,7 @@ def check_discrete_q_spaces(obs_space: gym.Space, action_space: gym.Space, env_i
   check_box_observations(obs_space, env_id, "DQN")
 
 
-class DQN(Agent):
+class DQN(EpsilonGreedyActing, Agent):
   """DQN with the loss ``config.loss`` (double Q, Munchausen, C51; Maxmin ensembles) and
   optional dueling and noisy heads, for Box observations and Discrete actions.
 
@@ -253,10 +252,7 @@ class DQN(Agent):
 
   def epsilon(self, env_steps: int) -> float:
     """The exploration schedule's epsilon; 0 for noisy agents (the noise explores)."""
-    c = self.config
-    if c.noisy:
-      return 0.0
-    return linear_epsilon(env_steps, c.eps_start, c.eps_end, c.eps_decay_steps)
+    return 0.0 if self.config.noisy else super().epsilon(env_steps)
 
   # --- acting --------------------------------------------------------------
   def apply(self, params: PyTree, obs: jnp.ndarray, key: chex.PRNGKey | None = None) -> jnp.ndarray:
@@ -299,42 +295,15 @@ class DQN(Agent):
       return np.asarray(self.noisy_greedy_actions(params, obs, seed))
     return np.asarray(self.greedy_actions(params, obs))
 
-  def initial_actor_state(self, context: ActorContext) -> EpsilonState:
-    """Epsilon-greedy state: the evaluation epsilon, an Ape-X ladder slice (sub-env ``i`` of
-    actor ``a`` is rung ``a * num_envs + i`` of the run's ladder), or the schedule, continued
-    from the actor's ``env_steps`` (the run's steps estimated as its own times the actors)."""
+  def training_epsilons(self, context: ActorContext) -> np.ndarray | None:
+    """With ``exploration='apex'``, the actor's slice of the run's Ape-X ladder (sub-env
+    ``i`` of actor ``a`` is rung ``a * num_envs + i``) ``[num_envs]``; else the schedule."""
     c = self.config
-    steps_per_call = context.num_envs * context.num_actors
-    fixed = None
-    if context.evaluation:
-      fixed = c.eval_epsilon
-    elif c.exploration == "apex":
-      ladder = apex_epsilons(context.num_envs * context.num_actors, c.apex_epsilon, c.apex_alpha)
-      start = context.actor_id * context.num_envs
-      fixed = ladder[start:start + context.num_envs]
-    return EpsilonState(context.env_steps * context.num_actors, steps_per_call, fixed)
-
-  def fixed_epsilon(self, epsilon: float | np.ndarray) -> EpsilonState:
-    """An actor state that explores with ``epsilon`` (scalar or ``[B]``) at every step."""
-    return EpsilonState(0, 0, epsilon)
-
-  def select(self, actions: np.ndarray, actor_state: EpsilonState, rng: np.random.Generator
-             ) -> tuple[np.ndarray, None, EpsilonState]:
-    """Epsilon-greedy on top of ``policy``'s greedy ``actions`` ``[B]``; no extras."""
-    eps = actor_state.fixed
-    if eps is None:
-      eps = self.epsilon(actor_state.env_steps)
-    if actor_state.steps_per_call:
-      actor_state = actor_state._replace(
-          env_steps=actor_state.env_steps + actor_state.steps_per_call)
-    actions = epsilon_greedy(actions, eps, self.num_actions, rng)
-    return actions.astype(self.action_space.dtype, copy=False), None, actor_state
-
-  def actor_metrics(self, actor_state: EpsilonState) -> dict[str, float]:
-    eps = actor_state.fixed
-    if eps is None:
-      eps = self.epsilon(actor_state.env_steps)
-    return {"epsilon": float(np.mean(eps))}
+    if c.exploration != "apex":
+      return None
+    ladder = apex_epsilons(context.num_envs * context.num_actors, c.apex_epsilon, c.apex_alpha)
+    start = context.actor_id * context.num_envs
+    return ladder[start:start + context.num_envs]
 
   def divergence_hint(self) -> str:
     return (f"Lower the learning rate (now {self.config.learning_rate:g}), e.g. 10x, or check "

@@ -37,10 +37,10 @@ import numpy as np
 import rlax
 import tyro
 
-from jaxasync.agent import ActorContext, Agent, key_data
+from jaxasync.agent import Agent, key_data
 from jaxasync.agents.actor_critic import batch_major, masked_mean
 from jaxasync.agents.dqn import greedy_q_metrics
-from jaxasync.agents.exploration import EpsilonState, epsilon_greedy, linear_epsilon
+from jaxasync.agents.exploration import EpsilonGreedyActing
 from jaxasync.agents.minibatches import minibatch_epochs
 from jaxasync.agents.optimizers import adam_with_clipping
 from jaxasync.agents.q_network import QNetwork
@@ -196,7 +196,7 @@ class PQNState:
   key: jnp.ndarray  # uint32[2] PRNG key data: the minibatch shuffles
 
 
-class PQN(Agent):
+class PQN(EpsilonGreedyActing, Agent):
   """PQN for Box observations and Discrete actions, on unrolls from a queue.
 
   Args:
@@ -241,38 +241,11 @@ class PQN(Agent):
   def policy_params(state: PQNState) -> PyTree:
     return state.params
 
-  # --- acting --------------------------------------------------------------
-  def epsilon(self, env_steps: int) -> float:
-    c = self.config
-    return linear_epsilon(env_steps, c.eps_start, c.eps_end, c.eps_decay_steps)
-
+  # --- acting (epsilon-greedy: EpsilonGreedyActing) -------------------------
   def policy(self, params: PyTree, obs: np.ndarray, rng: np.random.Generator,
              explore: bool = True) -> np.ndarray:
     """The greedy actions ``[B]`` (before epsilon): one jitted call on ``params``' device."""
     return np.asarray(self.greedy_actions(params, obs))
-
-  def initial_actor_state(self, context: ActorContext) -> EpsilonState:
-    """The evaluation epsilon, or the schedule continued from the actor's ``env_steps`` (the
-    run's steps estimated as its own times the actors)."""
-    fixed = self.config.eval_epsilon if context.evaluation else None
-    return EpsilonState(context.env_steps * context.num_actors,
-                        context.num_envs * context.num_actors, fixed)
-
-  def select(self, actions: np.ndarray, actor_state: EpsilonState, rng: np.random.Generator
-             ) -> tuple[np.ndarray, None, EpsilonState]:
-    """Epsilon-greedy on top of ``policy``'s greedy ``actions`` ``[B]``; no extras."""
-    eps = actor_state.fixed
-    if eps is None:
-      eps = self.epsilon(actor_state.env_steps)
-      actor_state = actor_state._replace(
-          env_steps=actor_state.env_steps + actor_state.steps_per_call)
-    actions = epsilon_greedy(actions, eps, self.num_actions, rng)
-    return actions.astype(self.action_space.dtype, copy=False), None, actor_state
-
-  def actor_metrics(self, actor_state: EpsilonState) -> dict[str, float]:
-    eps = actor_state.fixed
-    return {"epsilon": float(np.mean(self.epsilon(actor_state.env_steps) if eps is None
-                                     else eps))}
 
   def divergence_hint(self) -> str:
     return (f"Lower the learning rate (now {self.config.learning_rate:g}), keep "
