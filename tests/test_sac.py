@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 import chex
 import gymnasium as gym
@@ -21,22 +19,12 @@ import pytest
 import jaxasync as ja
 from jaxasync.agents.continuous import scale_actions, squashed_gaussian, unscale_actions
 from jaxasync.agents.sac import actor_objective, soft_q_target, temperature_loss
+from continuous_helpers import (ASYM, OBS3, PENDULUM, REPO, UNSUITABLE_ACTION_SPACES,
+                                assert_refused_with_the_fix, continuous_batch,
+                                pendulum_run_in_sync)
 from helpers import assert_no_strays, host
 
-REPO = Path(__file__).resolve().parents[1]
-OBS3 = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
-ASYM = gym.spaces.Box(np.array([-1.0, 0.0], np.float32), np.array([3.0, 10.0], np.float32))
 TINY = ja.SACConfig(hidden_sizes=(16, 16), batch_size=8)
-
-
-def _batch(rng, shape, action_space=ASYM, obs_dim=3):
-  low, high = action_space.low, action_space.high
-  return ja.Transition(
-      obs=rng.normal(size=shape + (obs_dim,)).astype(np.float32),
-      action=rng.uniform(low, high, size=shape + low.shape).astype(np.float32),
-      reward=rng.normal(size=shape).astype(np.float32),
-      discount=rng.choice([0.0, 0.99], size=shape).astype(np.float32),
-      next_obs=rng.normal(size=shape + (obs_dim,)).astype(np.float32))
 
 
 # --- the maths --------------------------------------------------------------------------------
@@ -131,7 +119,7 @@ def test_critic_loss_is_the_soft_td_of_the_target_critics():
   state = state.replace(target_critic_params=jax.tree.map(lambda x: x * 0.5,
                                                           state.critic_params))
   rng = np.random.default_rng(0)
-  batch = _batch(rng, (8,))
+  batch = continuous_batch(rng, (8,))
   weights = rng.uniform(0.5, 1.5, 8).astype(np.float32)
   key = jax.random.PRNGKey(7)
   loss, (abs_td, _) = agent.critic_loss(state.critic_params, state, batch, weights, key)
@@ -155,7 +143,7 @@ def test_update_moves_every_part_and_polyak_averages_the_targets():
   config = dataclasses.replace(TINY, tau=0.1)
   agent = ja.SAC(config, OBS3, ASYM)
   before = host(agent.init(jax.random.PRNGKey(0)))
-  batch = _batch(np.random.default_rng(0), (1, 8))
+  batch = continuous_batch(np.random.default_rng(0), (1, 8))
   after, metrics, feedback = agent.update(jax.tree.map(jnp.asarray, before), batch)
   after = host(after)
   chex.assert_shape(feedback, (1, 8))
@@ -181,12 +169,12 @@ def test_fixed_temperature_and_policy_delay():
   actors = []
   for _ in range(3):  # SGD steps 0, 1, 2: the actor moves at 0 and 2, not at 1
     before = host(state.actor_params)
-    state, metrics, _ = agent.update(state, _batch(rng, (1, 8)))
+    state, metrics, _ = agent.update(state, continuous_batch(rng, (1, 8)))
     actors.append(not jax.tree.all(jax.tree.map(np.allclose, before, host(state.actor_params))))
   assert actors == [True, False, True]
   np.testing.assert_allclose(float(metrics["temperature"]), 0.05, rtol=1e-6)
   # Over k=2 steps with one actor step, the actor metrics are that step's, not halved.
-  state, metrics, _ = agent.update(state, _batch(rng, (2, 8)))
+  state, metrics, _ = agent.update(state, continuous_batch(rng, (2, 8)))
   assert float(metrics["entropy"]) != 0.0
 
 
@@ -199,11 +187,11 @@ def test_update_and_policy_never_retrace():
   rng = np.random.default_rng(0)
   state = agent.init(jax.random.PRNGKey(0))
   for _ in range(4):
-    state, _, _ = update(state, _batch(rng, (3, 8)))
+    state, _, _ = update(state, continuous_batch(rng, (3, 8)))
     sample(agent.policy_params(state), rng.normal(size=(4, 3)).astype(np.float32),
            np.uint32(rng.integers(2 ** 31)))
   for _ in range(3):
-    state, _, _ = agent.update(state, _batch(rng, (3, 8)))
+    state, _, _ = agent.update(state, continuous_batch(rng, (3, 8)))
     agent.policy(agent.policy_params(state), rng.normal(size=(4, 3)).astype(np.float32), rng)
   assert agent._jitted_update._cache_size() == 1
   assert agent.sample_actions._cache_size() == 1
@@ -225,15 +213,9 @@ def test_image_observations_use_a_cnn_torso():
 
 
 # --- errors -------------------------------------------------------------------------------------
-@pytest.mark.parametrize("space, words", [
-    (gym.spaces.Discrete(3), ["Discrete", "DQN"]),
-    (gym.spaces.Box(-np.inf, np.inf, (2,), np.float32), ["unbounded", "RescaleAction"]),
-    (gym.spaces.Box(-1, 1, (2, 2), np.float32), ["(2, 2)", "one-axis"]),
-])
+@pytest.mark.parametrize("space, words", UNSUITABLE_ACTION_SPACES)
 def test_unsuitable_action_spaces_are_refused_with_the_fix(space, words):
-  with pytest.raises(ja.ConfigError) as e:
-    ja.SAC(TINY, OBS3, space, "MyEnv-v0")
-  assert "MyEnv-v0" in str(e.value) and all(w in str(e.value) for w in words), str(e.value)
+  assert_refused_with_the_fix(ja.SAC, TINY, space, words)
 
 
 def test_bad_settings_are_refused():
@@ -252,9 +234,6 @@ def test_experiment_refuses_a_discrete_env(tmp_path):
 
 
 # --- learning -----------------------------------------------------------------------------------
-PENDULUM = ja.EnvFactory("Pendulum-v1")
-
-
 def _pendulum_config(tmp_path, **kw):
   base = dict(max_opts=20_000, max_env_steps=6_000, eval_interval=1_000, eval_episodes=5,
               seed=0, progress=False, logdir=str(tmp_path))
@@ -269,16 +248,9 @@ def _pendulum_data(**kw):
 def test_experiment_learns_pendulum_in_sync(tmp_path):
   """experiments/sac.py's defaults (sync, cut to 6k env steps): a random policy scores about
   -1200; SAC reaches about -150 within 4-5k env steps here."""
-  logdir = tmp_path / "run"
-  out = subprocess.run([sys.executable, "experiments/sac.py", "--mode", "sync", "--no-progress",
-                        "--max-env-steps", "6000", "--eval-episodes", "10", "--logdir",
-                        str(logdir)], cwd=REPO, capture_output=True, text=True, timeout=300)
-  assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-  summary = json.loads((logdir / "summary.json").read_text())
+  summary = pendulum_run_in_sync("experiments/sac.py", tmp_path / "run")
   evals = [round(e["eval_reward"]) for e in summary["evals"]]
   assert summary["best_eval_reward"] >= -250, evals
-  assert summary["env_steps"] == 6000 and summary["mode"] == "sync"
-  assert (logdir / "final" / "state.msgpack").exists()
 
 
 @pytest.mark.slow

@@ -4,13 +4,8 @@ its errors, and that it learns Pendulum."""
 from __future__ import annotations
 
 import dataclasses
-import json
-import subprocess
-import sys
-from pathlib import Path
 
 import chex
-import gymnasium as gym
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,24 +15,13 @@ import jaxasync as ja
 from jaxasync.agents.continuous import QCritic, one_twin, scale_actions, twin_td_loss
 from jaxasync.agents.td3 import (clipped_double_q_target, deterministic_actor_loss,
                                  exploration_actions, smoothed_target_actions)
+from continuous_helpers import (ASYM, OBS3, PENDULUM, UNSUITABLE_ACTION_SPACES,
+                                assert_refused_with_the_fix, continuous_batch,
+                                pendulum_run_in_sync)
 from helpers import host
 
-REPO = Path(__file__).resolve().parents[1]
-OBS3 = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
-ASYM = gym.spaces.Box(np.array([-1.0, 0.0], np.float32), np.array([3.0, 10.0], np.float32))
 TINY = ja.TD3Config(hidden_sizes=(16, 16), batch_size=8,
                     data=ja.ReplayConfig(n_step=1, warmup_period=100))
-PENDULUM = ja.EnvFactory("Pendulum-v1")
-
-
-def _batch(rng, shape, action_space=ASYM, obs_dim=3):
-  low, high = action_space.low, action_space.high
-  return ja.Transition(
-      obs=rng.normal(size=shape + (obs_dim,)).astype(np.float32),
-      action=rng.uniform(low, high, size=shape + low.shape).astype(np.float32),
-      reward=rng.normal(size=shape).astype(np.float32),
-      discount=rng.choice([0.0, 0.99], size=shape).astype(np.float32),
-      next_obs=rng.normal(size=shape + (obs_dim,)).astype(np.float32))
 
 
 def _changed(before, after) -> bool:
@@ -163,7 +147,7 @@ def test_critic_loss_is_the_clipped_double_q_target_of_the_target_networks():
       target_critic_params=jax.tree.map(lambda x: x * 0.5, state.critic_params),
       target_actor_params=jax.tree.map(lambda x: x * -2.0, state.actor_params))
   rng = np.random.default_rng(0)
-  batch = _batch(rng, (8,))
+  batch = continuous_batch(rng, (8,))
   weights = rng.uniform(0.5, 1.5, 8).astype(np.float32)
   key = jax.random.PRNGKey(7)
   loss, (abs_td, metrics) = agent.critic_loss(state.critic_params, state, batch, weights, key)
@@ -208,7 +192,7 @@ def test_actor_and_targets_change_only_every_policy_delay_steps():
   moved = []
   for step in range(7):  # SGD steps 0..6: the delayed update at 0, 3 and 6
     before = host(state)
-    state, metrics, feedback = agent.update(state, _batch(rng, (1, 8)))
+    state, metrics, feedback = agent.update(state, continuous_batch(rng, (1, 8)))
     after = host(state)
     assert _changed(before.critic_params, after.critic_params)  # the critics every step
     moved.append(tuple(_changed(getattr(before, n), getattr(after, n))
@@ -225,7 +209,7 @@ def test_actor_and_targets_change_only_every_policy_delay_steps():
   chex.assert_shape(feedback, (1, 8))
   assert int(state.opt_steps) == 7
   # Over k=3 steps with one actor step, the actor's metrics are that step's, not a third.
-  state, metrics, feedback = agent.update(state, _batch(rng, (3, 8)))
+  state, metrics, feedback = agent.update(state, continuous_batch(rng, (3, 8)))
   chex.assert_shape(feedback, (3, 8))
   assert float(metrics["actor_grad_norm"]) > 0
   assert set(metrics) >= {"critic_loss", "actor_loss", "q_mean", "q_max", "critic_grad_norm"}
@@ -239,9 +223,9 @@ def test_the_update_and_the_policy_compile_once():
   rng = np.random.default_rng(0)
   state = agent.init(jax.random.PRNGKey(0))
   for _ in range(4):
-    state, _, _ = update(state, _batch(rng, (3, 8)))
+    state, _, _ = update(state, continuous_batch(rng, (3, 8)))
   for _ in range(3):
-    state, _, _ = agent.update(state, _batch(rng, (3, 8)))
+    state, _, _ = agent.update(state, continuous_batch(rng, (3, 8)))
     agent.policy(agent.policy_params(state), rng.normal(size=(4, 3)).astype(np.float32), rng)
   assert agent._jitted_update._cache_size() == 1
   assert agent.deterministic_actions._cache_size() == 1
@@ -258,15 +242,9 @@ def test_prioritized_replay_takes_its_feedback(tmp_path):
 
 
 # --- errors -------------------------------------------------------------------------------------
-@pytest.mark.parametrize("space, words", [
-    (gym.spaces.Discrete(3), ["Discrete", "TD3", "DQN"]),
-    (gym.spaces.Box(-np.inf, np.inf, (2,), np.float32), ["unbounded", "RescaleAction"]),
-    (gym.spaces.Box(-1, 1, (2, 2), np.float32), ["(2, 2)", "one-axis"]),
-])
+@pytest.mark.parametrize("space, words", UNSUITABLE_ACTION_SPACES)
 def test_unsuitable_action_spaces_are_refused_with_the_fix(space, words):
-  with pytest.raises(ja.ConfigError) as e:
-    ja.TD3(TINY, OBS3, space, "MyEnv-v0")
-  assert "MyEnv-v0" in str(e.value) and all(w in str(e.value) for w in words), str(e.value)
+  assert_refused_with_the_fix(ja.TD3, TINY, space, words)
 
 
 @pytest.mark.parametrize("bad, field", [
@@ -301,13 +279,6 @@ def test_cli_presets_and_registration():
 def test_experiment_learns_pendulum_in_sync(tmp_path):
   """experiments/td3.py's defaults (sync, cut to 6k env steps), as SAC's test: a random policy
   scores about -1200; TD3 reaches the SAC test's bar of -250 within it."""
-  logdir = tmp_path / "run"
-  out = subprocess.run([sys.executable, "experiments/td3.py", "--mode", "sync", "--no-progress",
-                        "--max-env-steps", "6000", "--eval-episodes", "10", "--logdir",
-                        str(logdir)], cwd=REPO, capture_output=True, text=True, timeout=300)
-  assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-  summary = json.loads((logdir / "summary.json").read_text())
+  summary = pendulum_run_in_sync("experiments/td3.py", tmp_path / "run")
   evals = [round(e["eval_reward"]) for e in summary["evals"]]
   assert summary["best_eval_reward"] >= -250, evals
-  assert summary["env_steps"] == 6000 and summary["mode"] == "sync"
-  assert (logdir / "final" / "state.msgpack").exists()

@@ -1,7 +1,7 @@
 """What the continuous-control agents (``agents/sac.py``, ``agents/td3.py``) share: the action
-Box's scaling, the space checks, the policies (squashed Gaussian, deterministic), the twin Q
-critic, and ``ContinuousAgent``: their construction and their ``k``-step update with delayed
-policy steps.
+Box's scaling, the space checks, their configs' shared fields (``ContinuousConfig``), the
+policies (squashed Gaussian, deterministic), the twin Q critic, and ``ContinuousAgent``: their
+construction and their ``k``-step update with delayed policy steps.
 
 Actions inside the networks are normalised to ``[-1, 1]^A``; ``scale_actions`` maps them to the
 action Box's own bounds (asymmetric ones too) on the way to the env and the replay,
@@ -13,7 +13,8 @@ for every Box.
 from __future__ import annotations
 
 import abc
-from typing import Any, Callable, ClassVar, Sequence
+import dataclasses
+from typing import Annotated, Any, Callable, ClassVar, Literal, Sequence
 
 import chex
 import distrax
@@ -22,11 +23,13 @@ import gymnasium as gym
 import jax
 import jax.numpy as jnp
 import numpy as np
+import tyro
 
 from jaxasync.agent import Agent
 from jaxasync.envs import check_box_observations
 from jaxasync.errors import ConfigError
-from jaxasync.networks import TORSOS, MLPTorso, check_torso, default_torso, make_torso
+from jaxasync.networks import TORSOS, MLPTorso, Torso, check_torso, default_torso, make_torso
+from jaxasync.pipeline import ReplayConfig
 from jaxasync.types import Transition
 
 PyTree = Any
@@ -69,28 +72,68 @@ def check_continuous_spaces(obs_space: gym.Space, action_space: gym.Space, env_i
   check_box_observations(obs_space, env_id, agent)
 
 
-def validate_shared_fields(config: Any, positive: Sequence[str]) -> None:
-  """Raises ``ConfigError`` (one line naming the field and the fix) for a bad value of a field
-  SAC's and TD3's configs share (``torso``, ``hidden_sizes``, ``batch_size``, ``tau``,
-  ``policy_delay``, ``max_grad_norm``) or of one of ``positive`` (step sizes and the like:
-  finite and > 0)."""
-  if config.torso not in ("auto", *TORSOS):
-    raise ConfigError(f"torso must be 'auto' or one of {TORSOS}, got {config.torso!r}.")
-  if not config.hidden_sizes:
-    raise ConfigError("hidden_sizes must name at least one layer width, e.g. (256, 256).")
-  for name in positive:
+# --- the configs' shared fields ------------------------------------------------------------------
+def check_positive(config: Any, names: Sequence[str]) -> None:
+  """Raises ``ConfigError`` unless each of ``config``'s fields ``names`` (step sizes and the
+  like) is a finite number > 0."""
+  for name in names:
     value = getattr(config, name)
-    if not 0.0 < value < float("inf"):
+    if not 0.0 < value < float("inf"):  # (also refuses NaN)
       raise ConfigError(f"{name} must be a finite number > 0, got {value}.")
-  if config.batch_size < 1:
-    raise ConfigError(f"batch_size must be >= 1, got {config.batch_size}.")
-  if not 0.0 < config.tau <= 1.0:
-    raise ConfigError(f"tau must be in (0, 1], got {config.tau}.")
-  if config.policy_delay < 1:
-    raise ConfigError(f"policy_delay must be >= 1 (1: an actor step per critic step), got "
-                      f"{config.policy_delay}.")
-  if not config.max_grad_norm >= 0.0:
-    raise ConfigError(f"max_grad_norm must be >= 0 (0: no clipping), got {config.max_grad_norm}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class ContinuousConfig:
+  """The fields SAC's and TD3's configs share, and their checks. A subclass declares a field
+  again for a default of its own (SAC: the step sizes; TD3: policy_delay; the field keeps its
+  place) and describes in its own docstring the shared fields whose meaning is its own
+  (``--help`` reads the subclass's docstring first).
+
+  Attributes:
+    torso: network body of the policy and the critics; 'auto' picks by observation
+      (networks.default_torso): CNNs for images, MLP for vectors.
+    hidden_sizes: MLP layer widths (vector observations); a CNN's dense width is the last one.
+    actor_learning_rate: Adam step size of the policy.
+    critic_learning_rate: Adam step size of the critics.
+    adam_eps: Adam epsilon (every optimizer).
+    max_grad_norm: global-norm gradient clipping of each network's gradients; 0: none.
+    batch_size: transitions per SGD step.
+    tau: Polyak factor of the target networks.
+    policy_delay: critic steps per policy step.
+    data: what it learns from (``ReplayConfig``; 1-step returns by default).
+  """
+
+  torso: Literal["auto", Torso] = "auto"
+  hidden_sizes: Sequence[int] = (256, 256)
+  actor_learning_rate: float = 3e-4
+  critic_learning_rate: float = 3e-4
+  adam_eps: float = 1e-8
+  max_grad_norm: float = 0.0
+  batch_size: int = 256
+  tau: float = 0.005
+  policy_delay: int = 1
+  data: Annotated[ReplayConfig, tyro.conf.arg(name="")] = dataclasses.field(
+      default_factory=lambda: ReplayConfig(n_step=1))
+
+  def validate(self) -> None:
+    """Raises ``ConfigError`` (one line naming the field and the fix) for a bad shared field
+    or data pipeline; a subclass checks its own fields after ``super().validate()``."""
+    if self.torso not in ("auto", *TORSOS):
+      raise ConfigError(f"torso must be 'auto' or one of {TORSOS}, got {self.torso!r}.")
+    if not self.hidden_sizes:
+      raise ConfigError("hidden_sizes must name at least one layer width, e.g. (256, 256).")
+    check_positive(self, ("actor_learning_rate", "critic_learning_rate"))
+    if self.batch_size < 1:
+      raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}.")
+    if not 0.0 < self.tau <= 1.0:
+      raise ConfigError(f"tau must be in (0, 1], got {self.tau}.")
+    if self.policy_delay < 1:
+      raise ConfigError(f"policy_delay must be >= 1 (1: an actor step per critic step), got "
+                        f"{self.policy_delay}.")
+    if not self.max_grad_norm >= 0.0:
+      raise ConfigError(f"max_grad_norm must be >= 0 (0: no clipping), got "
+                        f"{self.max_grad_norm}.")
+    self.data.validate(self.batch_size)
 
 
 # --- the critics' loss ----------------------------------------------------------------------------
@@ -146,8 +189,7 @@ class ContinuousAgent(Agent):
 
   A subclass sets ``name`` (named in errors) and ``policy_metrics`` (the metrics of its delayed
   policy step), calls ``setup`` first thing in its ``__init__`` and implements ``_sgd_step``.
-  Its config has ``torso``, ``hidden_sizes``, ``actor_learning_rate``, ``critic_learning_rate``,
-  ``batch_size``, ``data`` and ``validate()``.
+  Its config is a ``ContinuousConfig``.
 
   Attributes (set by ``setup``): ``action_dim`` (``A``), ``low`` and ``high`` (the Box's bounds,
   float32 ``[A]``), as well as the contract's.
@@ -156,7 +198,7 @@ class ContinuousAgent(Agent):
   name: ClassVar[str]
   policy_metrics: ClassVar[tuple[str, ...]]
 
-  def setup(self, config: Any, obs_space: gym.Space, action_space: gym.Space,
+  def setup(self, config: ContinuousConfig, obs_space: gym.Space, action_space: gym.Space,
             env_id: str) -> tuple[str, tuple[int, ...]]:
     """Checks the spaces and ``config``, keeps them, and returns the networks' torso name
     ('auto' resolved by the observations) and hidden sizes."""

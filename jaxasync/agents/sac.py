@@ -30,7 +30,7 @@ same); with ``n_step=1`` this is the paper's target.
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated, Any, Literal, Sequence
+from typing import Any
 
 import chex
 import flax
@@ -39,36 +39,28 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-import tyro
 
 from jaxasync.agent import ActorContext, key_data
-from jaxasync.agents.continuous import (ContinuousAgent, GaussianPolicy, TwinQCritic,
-                                        every_nth_step, scale_actions, squashed_gaussian,
-                                        twin_td_loss, unscale_actions,
-                                        validate_shared_fields)
+from jaxasync.agents.continuous import (ContinuousAgent, ContinuousConfig, GaussianPolicy,
+                                        TwinQCritic, check_positive, every_nth_step,
+                                        scale_actions, squashed_gaussian, twin_td_loss,
+                                        unscale_actions)
 from jaxasync.agents.optimizers import adam_with_clipping
 from jaxasync.errors import ConfigError
-from jaxasync.networks import Torso
-from jaxasync.pipeline import ReplayConfig
 from jaxasync.types import Transition
 
 PyTree = Any
 
 
 @dataclasses.dataclass(frozen=True)
-class SACConfig:
+class SACConfig(ContinuousConfig):
   """Hyperparameters of the SAC learner.
 
   Attributes:
-    torso: network body of the policy and the critics; 'auto' picks by observation
-      (networks.default_torso): CNNs for images, MLP for vectors.
-    hidden_sizes: MLP layer widths (vector observations); a CNN's dense width is the last one.
     actor_learning_rate: Adam step size of the policy.
     critic_learning_rate: Adam step size of the critics.
     temperature_learning_rate: Adam step size of log(alpha).
     adam_eps: Adam epsilon (all three optimizers).
-    max_grad_norm: global-norm gradient clipping of each network's gradients; 0: none.
-    batch_size: transitions per SGD step.
     tau: Polyak factor of the target critics per SGD step.
     init_temperature: alpha at step 0.
     autotune_temperature: tune alpha towards target_entropy; False keeps init_temperature.
@@ -80,31 +72,23 @@ class SACConfig:
       Bellman target).
   """
 
-  torso: Literal["auto", Torso] = "auto"
-  hidden_sizes: Sequence[int] = (256, 256)
+  # The fields shared with TD3 are ContinuousConfig's (the docstring above describes those whose
+  # meaning is SAC's own; --help reads it first); redeclared here: SAC's defaults.
   actor_learning_rate: float = 1e-3
   critic_learning_rate: float = 1e-3
   temperature_learning_rate: float = 1e-3
-  adam_eps: float = 1e-8
-  max_grad_norm: float = 0.0
-  batch_size: int = 256
-  tau: float = 0.005
   init_temperature: float = 1.0
   autotune_temperature: bool = True
   target_entropy: float | None = None
-  policy_delay: int = 1
   log_std_min: float = -5.0
   log_std_max: float = 2.0
-  data: Annotated[ReplayConfig, tyro.conf.arg(name="")] = dataclasses.field(
-      default_factory=lambda: ReplayConfig(n_step=1))
 
   def validate(self) -> None:
-    validate_shared_fields(self, ("actor_learning_rate", "critic_learning_rate",
-                                  "temperature_learning_rate", "init_temperature"))
+    super().validate()
+    check_positive(self, ("temperature_learning_rate", "init_temperature"))
     if not self.log_std_min < self.log_std_max:
       raise ConfigError(f"log_std_min={self.log_std_min} must be below "
                         f"log_std_max={self.log_std_max}.")
-    self.data.validate(self.batch_size)
 
 
 @flax.struct.dataclass

@@ -28,7 +28,7 @@ action space (CleanRL scales it by the Box's half-width, which is the same), so 
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated, Any, Literal, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import chex
 import flax
@@ -37,38 +37,28 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-import tyro
 
 from jaxasync.agent import ActorContext, key_data
-from jaxasync.agents.continuous import (ContinuousAgent, DeterministicPolicy, QCritic,
-                                        TwinQCritic, every_nth_step, one_twin, scale_actions,
-                                        twin_td_loss, unscale_actions,
-                                        validate_shared_fields)
+from jaxasync.agents.continuous import (ContinuousAgent, ContinuousConfig,
+                                        DeterministicPolicy, QCritic, TwinQCritic,
+                                        every_nth_step, one_twin, scale_actions, twin_td_loss,
+                                        unscale_actions)
 from jaxasync.agents.optimizers import adam_with_clipping
 from jaxasync.errors import ConfigError
-from jaxasync.networks import Torso
-from jaxasync.pipeline import ReplayConfig
 from jaxasync.types import Transition
 
 PyTree = Any
 
 
 @dataclasses.dataclass(frozen=True)
-class TD3Config:
+class TD3Config(ContinuousConfig):
   """Hyperparameters of the TD3 learner and its exploration; the defaults are the authors'
   repository's (github.com/sfujim/TD3, as CleanRL's td3_continuous_action.py; the paper had
   400x300 networks, step size 1e-3 and batch 100), but for the replay's (data), which are the
   library's.
 
   Attributes:
-    torso: network body of the policy and the critics; 'auto' picks by observation
-      (networks.default_torso): CNNs for images, MLP for vectors.
-    hidden_sizes: MLP layer widths (vector observations); a CNN's dense width is the last one.
-    actor_learning_rate: Adam step size of the policy.
-    critic_learning_rate: Adam step size of the critics.
     adam_eps: Adam epsilon (both optimizers).
-    max_grad_norm: global-norm gradient clipping of each network's gradients; 0: none.
-    batch_size: transitions per SGD step.
     tau: Polyak factor of the target actor and critics per delayed update.
     policy_delay: critic steps per actor and target update (the paper's d).
     exploration_noise: std of the actors' Gaussian action noise, in [-1, 1] action units.
@@ -79,30 +69,21 @@ class TD3Config:
     data: what it learns from (``ReplayConfig``; 1-step returns by default, the paper's target).
   """
 
-  torso: Literal["auto", Torso] = "auto"
-  hidden_sizes: Sequence[int] = (256, 256)
-  actor_learning_rate: float = 3e-4
-  critic_learning_rate: float = 3e-4
-  adam_eps: float = 1e-8
-  max_grad_norm: float = 0.0
-  batch_size: int = 256
-  tau: float = 0.005
+  # The fields shared with SAC are ContinuousConfig's (the docstring above describes those whose
+  # meaning is TD3's own; --help reads it first); redeclared here: TD3's default.
   policy_delay: int = 2
   exploration_noise: float = 0.1
   target_noise: float = 0.2
   target_noise_clip: float = 0.5
   random_warmup: bool = True
-  data: Annotated[ReplayConfig, tyro.conf.arg(name="")] = dataclasses.field(
-      default_factory=lambda: ReplayConfig(n_step=1))
 
   def validate(self) -> None:
-    validate_shared_fields(self, ("actor_learning_rate", "critic_learning_rate"))
+    super().validate()
     for name in ("exploration_noise", "target_noise", "target_noise_clip"):
       value = getattr(self, name)
       if not 0.0 <= value < float("inf"):
         raise ConfigError(f"{name} must be a finite number >= 0 (in [-1, 1] action units; 0: "
                           f"no noise), got {value}.")
-    self.data.validate(self.batch_size)
 
 
 @flax.struct.dataclass
