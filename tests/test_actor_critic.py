@@ -231,6 +231,46 @@ def test_update_shapes_steps_and_no_retrace(cls, config):
   assert agent._jitted_update._cache_size() == 1
 
 
+def test_impala_target_policy_anchor_by_hand():
+  """With ``target_kl_cost``, the loss adds cost x KL(pi_target || pi) (zero, with zero
+  gradient, while the target equals the params) and after each SGD step the target moves
+  ``tau`` of the way to the new params; without it the state carries no target."""
+  assert ja.IMPALA(ja.IMPALAConfig(hidden_sizes=(8,)), OBS2, ACT2).init(
+      jax.random.PRNGKey(0)).target_params is None
+  tau, cost = 0.1, 2.0
+  agent = ja.IMPALA(ja.IMPALAConfig(hidden_sizes=(8,), target_kl_cost=cost, target_tau=tau),
+                    OBS2, ACT2)
+  state = agent.init(jax.random.PRNGKey(0))
+  unroll = _boundary_unroll(truncated=False)
+  unroll = unroll._replace(obs=np.random.default_rng(0).normal(size=(4, 1, 2)).astype(np.float32))
+  chex.assert_trees_all_equal(state.target_params, state.params)
+  plain = ja.IMPALA(ja.IMPALAConfig(hidden_sizes=(8,)), OBS2, ACT2)
+  loss, metrics = agent.loss(state.params, unroll, state.target_params)
+  assert float(metrics["target_kl"]) == 0.0
+  np.testing.assert_allclose(loss, plain.loss(state.params, unroll)[0], rtol=1e-6)
+  # A target elsewhere: the loss grows by cost x the mean KL over the real pairs.
+  noise = np.random.default_rng(1)
+  target = jax.tree.map(lambda x: x + 0.5 * noise.normal(size=x.shape).astype(np.float32),
+                        state.params)
+  loss_t, metrics_t = agent.loss(state.params, unroll, target)
+  logits, _ = agent.apply_unroll(state.params, unroll.obs)
+  target_logits, _ = agent.apply_unroll(target, unroll.obs)
+  p_t = np.asarray(jax.nn.softmax(target_logits[:-1]), np.float64)
+  p = np.asarray(jax.nn.softmax(logits[:-1]), np.float64)
+  kl = np.sum(p_t * np.log(p_t / p), -1)[:, 0]
+  mask = ~np.asarray(unroll.first[1:, 0])
+  assert kl[mask].mean() > 1e-3  # (a target that differs)
+  np.testing.assert_allclose(metrics_t["target_kl"], kl[mask].mean(), rtol=1e-3)
+  np.testing.assert_allclose(loss_t - loss, cost * kl[mask].mean(), rtol=1e-3)
+  # One SGD step: the target is (1 - tau) target + tau params_new.
+  old_target = host(state.target_params)
+  batch = jax.tree.map(lambda x: np.asarray(x)[None], unroll)
+  new_state, _, _ = agent.update(state, batch)
+  expected = jax.tree.map(lambda t, p: (1 - tau) * t + tau * p, old_target,
+                          host(new_state.params))
+  chex.assert_trees_all_close(host(new_state.target_params), expected, rtol=1e-6)
+
+
 def test_errors_name_the_fix():
   # (A bounded Box of actions is served by a Gaussian head: tests/test_continuous_actor_critic.py.)
   with pytest.raises(ja.ConfigError, match="ClipAction or RescaleAction"):

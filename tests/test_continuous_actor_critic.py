@@ -20,8 +20,8 @@ import pytest
 
 import jaxasync as ja
 from jaxasync.agents.actor_critic import (CategoricalHead, GaussianHead, GaussianParams,
-                                          PolicyHead, gaussian_entropy, gaussian_log_prob,
-                                          unroll_pairs)
+                                          PolicyHead, gaussian_entropy, gaussian_kl,
+                                          gaussian_log_prob, unroll_pairs)
 from jaxasync.collectors.unrolls import Unroll
 from helpers import host
 
@@ -58,6 +58,27 @@ def test_gaussian_log_prob_and_entropy_by_hand():
                              rtol=1e-6)
   np.testing.assert_allclose(gaussian_log_prob(unit, jnp.zeros((1, 1))),
                              [-0.5 * math.log(2 * math.pi)], rtol=1e-6)
+
+
+def test_kl_divergences_by_hand():
+  rng = np.random.default_rng(1)
+  p = GaussianParams(*(jnp.asarray(rng.normal(size=(5, 2)), jnp.float32) for _ in range(2)))
+  q = GaussianParams(*(jnp.asarray(rng.normal(size=(5, 2)), jnp.float32) for _ in range(2)))
+  sp, sq = np.exp(np.asarray(p.log_std)), np.exp(np.asarray(q.log_std))
+  mp, mq = np.asarray(p.mean), np.asarray(q.mean)
+  # KL(N(m_p, s_p^2) || N(m_q, s_q^2)) = log(s_q / s_p) + (s_p^2 + (m_p - m_q)^2) / (2 s_q^2) - 1/2
+  expected = np.sum(np.log(sq / sp) + (sp ** 2 + (mp - mq) ** 2) / (2 * sq ** 2) - 0.5, -1)
+  got = GaussianHead.for_box(BOX2).kl_divergence(p, q)
+  chex.assert_shape(got, (5,))
+  np.testing.assert_allclose(got, expected, rtol=1e-4)
+  np.testing.assert_allclose(gaussian_kl(p, p), np.zeros(5), atol=1e-6)
+  # Categorical: sum_a p(a) log(p(a) / q(a)) of the softmaxes.
+  lp, lq = rng.normal(size=(5, 3)), rng.normal(size=(5, 3))
+  pp = np.exp(lp) / np.exp(lp).sum(-1, keepdims=True)
+  pq = np.exp(lq) / np.exp(lq).sum(-1, keepdims=True)
+  np.testing.assert_allclose(
+      CategoricalHead(3).kl_divergence(jnp.asarray(lp, jnp.float32), jnp.asarray(lq, jnp.float32)),
+      np.sum(pp * np.log(pp / pq), -1), rtol=1e-4)
 
 
 def _ppo(action_space=BOX2, **overrides) -> ja.PPO:

@@ -62,6 +62,10 @@ class PolicyHead(abc.ABC):
     """The distribution's entropy: ``[..., X] -> [...]``."""
 
   @abc.abstractmethod
+  def kl_divergence(self, p: PyTree, q: PyTree) -> jnp.ndarray:
+    """``KL(p || q)`` of two dist params: ``[..., X], [..., X] -> [...]``."""
+
+  @abc.abstractmethod
   def sample(self, dist_params: PyTree, greedy: bool, rng: np.random.Generator
              ) -> tuple[np.ndarray, dict]:
     """On the actor, numpy dist params ``[B, X]``: ``(env actions [B, ...], extras)``, a
@@ -99,6 +103,10 @@ class CategoricalHead(PolicyHead):
   def entropy(self, dist_params: jnp.ndarray) -> jnp.ndarray:
     return categorical_entropy(dist_params)
 
+  def kl_divergence(self, p: jnp.ndarray, q: jnp.ndarray) -> jnp.ndarray:
+    log_p = jax.nn.log_softmax(p)
+    return jnp.sum(jnp.exp(log_p) * (log_p - jax.nn.log_softmax(q)), axis=-1)
+
   def sample(self, dist_params: np.ndarray, greedy: bool, rng: np.random.Generator
              ) -> tuple[np.ndarray, dict]:
     logits = dist_params
@@ -127,6 +135,15 @@ def gaussian_log_prob(params: GaussianParams, action: jnp.ndarray) -> jnp.ndarra
   chex.assert_equal_shape((params.mean, params.log_std, action))
   z = (action - params.mean) * jnp.exp(-params.log_std)
   return jnp.sum(-0.5 * jnp.square(z) - params.log_std - 0.5 * math.log(2 * math.pi), axis=-1)
+
+
+def gaussian_kl(p: GaussianParams, q: GaussianParams) -> jnp.ndarray:
+  """``KL(p || q)`` of two diagonal Gaussians, summed over the last axis:
+  ``log(s_q / s_p) + (s_p^2 + (m_p - m_q)^2) / (2 s_q^2) - 1/2``; ``[..., A] -> [...]``."""
+  chex.assert_equal_shape((p.mean, p.log_std, q.mean, q.log_std))
+  var_ratio = jnp.exp(2.0 * (p.log_std - q.log_std))
+  mean_term = jnp.square((p.mean - q.mean) * jnp.exp(-q.log_std))
+  return jnp.sum(q.log_std - p.log_std + 0.5 * (var_ratio + mean_term - 1.0), axis=-1)
 
 
 def gaussian_entropy(params: GaussianParams) -> jnp.ndarray:
@@ -167,6 +184,9 @@ class GaussianHead(PolicyHead):
 
   def entropy(self, dist_params: GaussianParams) -> jnp.ndarray:
     return gaussian_entropy(dist_params)
+
+  def kl_divergence(self, p: GaussianParams, q: GaussianParams) -> jnp.ndarray:
+    return gaussian_kl(p, q)
 
   def sample(self, dist_params: GaussianParams, greedy: bool, rng: np.random.Generator
              ) -> tuple[np.ndarray, dict]:

@@ -22,6 +22,7 @@ import dataclasses
 from typing import Any
 
 import chex
+import flax
 import gymnasium as gym
 import jax
 import jax.numpy as jnp
@@ -49,6 +50,10 @@ class IMPALAConfig(ActorCriticConfig):
     clip_rho_threshold: clip of the importance ratios in the value targets (rho-bar).
     clip_pg_rho_threshold: clip of the importance ratios in the policy gradient.
     normalize_advantages: standardize the policy gradient's advantages over each batch.
+    target_kl_cost: weight of ``KL(pi_target || pi)``, the policy's divergence from a slow
+      Polyak average of itself (PPO-EWMA's proximal policy, Hilton et al. 2022); 0: none
+      (the paper's IMPALA).
+    target_tau: the step of that average per SGD step (about ``1 / tau`` steps of memory).
   """
 
   baseline_cost: float = 0.5
@@ -56,6 +61,8 @@ class IMPALAConfig(ActorCriticConfig):
   clip_rho_threshold: float = 1.0
   clip_pg_rho_threshold: float = 1.0
   normalize_advantages: bool = False
+  target_kl_cost: float = 0.0
+  target_tau: float = 0.005
 
   def validate(self) -> None:
     super().validate()
@@ -63,6 +70,11 @@ class IMPALAConfig(ActorCriticConfig):
       raise ConfigError(f"vtrace_lambda must be in [0, 1], got {self.vtrace_lambda}.")
     if self.clip_rho_threshold <= 0 or self.clip_pg_rho_threshold <= 0:
       raise ConfigError("clip_rho_threshold and clip_pg_rho_threshold must be > 0.")
+    if not 0.0 <= self.target_kl_cost < float("inf"):
+      raise ConfigError(f"target_kl_cost must be a finite number >= 0 (0: no target policy), "
+                        f"got {self.target_kl_cost}.")
+    if not 0.0 < self.target_tau <= 1.0:
+      raise ConfigError(f"target_tau must be in (0, 1], got {self.target_tau}.")
 
 
 def vtrace_losses(dist_params, values: jnp.ndarray, pairs, config: IMPALAConfig,
@@ -94,6 +106,13 @@ def vtrace_losses(dist_params, values: jnp.ndarray, pairs, config: IMPALAConfig,
                 "value_mean": masked_mean(values[:-1], pairs.mask)}
 
 
+@flax.struct.dataclass
+class IMPALAState(ActorCriticState):
+  """``ActorCriticState`` and the target policy's params (None without ``target_kl_cost``)."""
+
+  target_params: PyTree = None
+
+
 class IMPALA(ActorCritic):
   """IMPALA with V-trace, for Box observations and Discrete actions (a categorical policy) or
   a one-axis Box of actions (a diagonal Gaussian, actions clipped to the Box), on unrolls from
@@ -114,21 +133,44 @@ class IMPALA(ActorCritic):
                                         config.max_grad_norm, config.learning_rate_decay_steps)
     self._jitted_update = jax.jit(self._update, donate_argnums=0)
 
-  def loss(self, params: PyTree, unroll: Unroll) -> tuple[jnp.ndarray, dict]:
-    """IMPALA's loss on one batch of unrolls (leaves ``[T + 1, N, ...]``)."""
-    dist_params, values = self.apply_unroll(params, unroll.obs)
-    return vtrace_losses(dist_params, values, unroll_pairs(unroll, self.config.gamma, self.head),
-                         self.config, self.head)
+  def init(self, key: chex.PRNGKey) -> IMPALAState:
+    """``ActorCritic.init``'s state, and the target policy starting at the params."""
+    base = super().init(key)
+    target = (jax.tree.map(jnp.copy, base.params) if self.config.target_kl_cost else None)
+    return IMPALAState(**{f.name: getattr(base, f.name)
+                          for f in dataclasses.fields(ActorCriticState)},
+                       target_params=target)
 
-  def _sgd_step(self, state: ActorCriticState, unroll: Unroll):
-    grads, metrics = jax.grad(self.loss, has_aux=True)(state.params, unroll)
+  def loss(self, params: PyTree, unroll: Unroll, target_params: PyTree = None
+           ) -> tuple[jnp.ndarray, dict]:
+    """IMPALA's loss on one batch of unrolls (leaves ``[T + 1, N, ...]``), plus
+    ``target_kl_cost`` times the policy's mean KL from ``target_params``' when given."""
+    dist_params, values = self.apply_unroll(params, unroll.obs)
+    pairs = unroll_pairs(unroll, self.config.gamma, self.head)
+    loss, metrics = vtrace_losses(dist_params, values, pairs, self.config, self.head)
+    if target_params is not None:
+      target_dist, _ = self.apply_unroll(target_params, unroll.obs)
+      target_tm1 = jax.lax.stop_gradient(jax.tree.map(lambda x: x[:-1], target_dist))
+      dist_tm1 = jax.tree.map(lambda x: x[:-1], dist_params)
+      target_kl = masked_mean(self.head.kl_divergence(target_tm1, dist_tm1), pairs.mask)
+      loss = loss + self.config.target_kl_cost * target_kl
+      metrics.update(loss=loss, target_kl=target_kl)
+    return loss, metrics
+
+  def _sgd_step(self, state: IMPALAState, unroll: Unroll):
+    grads, metrics = jax.grad(self.loss, has_aux=True)(state.params, unroll, state.target_params)
     updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
     metrics["grad_norm"] = optax.tree.norm(grads)
-    return state.replace(params=optax.apply_updates(state.params, updates),
-                         opt_state=opt_state, opt_steps=state.opt_steps + 1), metrics
+    params = optax.apply_updates(state.params, updates)
+    target = state.target_params
+    if target is not None:  # the target policy follows the params it anchors, slowly
+      tau = self.config.target_tau
+      target = jax.tree.map(lambda t, p: (1 - tau) * t + tau * p, target, params)
+    return state.replace(params=params, target_params=target, opt_state=opt_state,
+                         opt_steps=state.opt_steps + 1), metrics
 
-  def update(self, state: ActorCriticState, batch: Unroll, weights=None
-             ) -> tuple[ActorCriticState, dict, None]:
+  def update(self, state: IMPALAState, batch: Unroll, weights=None
+             ) -> tuple[IMPALAState, dict, None]:
     """``k`` SGD steps, one per batch of unrolls (leaves ``[k, T + 1, N, ...]``), jitted,
     ``state`` donated; metrics averaged over the ``k`` steps; no feedback."""
     return self._jitted_update(state, batch)
