@@ -436,6 +436,10 @@ def check_resume(args: RunArgs, settings: dict, agent_cfg: Any = None) -> None:
   run's and is neither safe nor in ``--allow-changes``; prints the changes it applies,
   including those of the agent's resolved config that follow from them (a learning-rate decay
   spanning a new ``--max-opts``)."""
+  if args.resume_from and not Path(args.resume_from).is_dir():
+    raise ja.ConfigError(f"--resume-from {args.resume_from}: no such checkpoint directory; "
+                         "name one of a run's checkpoints (<logdir>/final, <logdir>/best or a "
+                         "numbered one such as <logdir>/5000), or --resume --logdir the run.")
   if not args.resume_from and not Path(args.logdir).is_dir():
     raise ja.ConfigError(f"--resume: {args.logdir} does not exist, so there is no run to "
                          "continue; pass the --logdir of the run (or --resume-from a checkpoint).")

@@ -160,6 +160,10 @@ def test_a_resume_that_cannot_load_keeps_the_saved_config(tmp_path):
   with pytest.raises(ja.ConfigError, match=r"--resume: .*missing does not exist"):
     _dqn(tmp_path / "missing", "--resume")
   assert not (tmp_path / "missing").exists()
+  # A mistyped checkpoint: one line, and no directory made for it (or for its run).
+  with pytest.raises(ja.ConfigError, match=r"--resume-from .*typo/000100: no such checkpoint"):
+    _dqn(tmp_path / "new", "--resume-from", str(tmp_path / "typo" / "000100"))
+  assert not (tmp_path / "typo").exists() and not (tmp_path / "new").exists()
 
 
 def test_a_new_run_refuses_a_logdir_holding_only_a_config(tmp_path):
