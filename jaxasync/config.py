@@ -31,7 +31,8 @@ class RunConfig:
   Attributes:
     max_opts: stop after this many SGD steps.
     max_env_steps: stop after this many env steps (all sub-envs together); None: no limit.
-    duration: stop after this many wall-clock seconds; None: no limit.
+    duration: stop after this many wall-clock seconds of this attempt (a resumed run gets
+      them afresh, like a job's time limit); None: no limit.
     target_eval_reward: stop once an evaluation's mean return reaches it; None: never.
     updates_per_call: SGD steps per jitted update call (one dispatch to the device).
     eval_interval: SGD steps between evaluations (the final params are evaluated too); 0: none.

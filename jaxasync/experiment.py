@@ -431,15 +431,31 @@ def _shown(value: Any) -> str:
   return " ".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
+def check_resume_from(path: Path) -> None:
+  """Raises ``ConfigError`` unless ``path`` is a checkpoint a run can continue from: a
+  numbered one or ``final`` (``best`` holds neither the ledger nor the replay), before
+  anything is written beside it."""
+  if path.is_dir() and path.name != "best" and (path / "meta.json").is_file():
+    return
+  if path.name == "best":
+    why = "best holds the best params only, not where the run stopped (no ledger, no replay)"
+  elif ja.checkpoint.resumable_checkpoints(path):
+    raise ja.ConfigError(f"--resume-from {path} is a run directory, not a checkpoint: "
+                         f"--resume --logdir {path} continues it from its newest checkpoint.")
+  else:
+    why = "no such checkpoint" if not path.exists() else "not a checkpoint (no meta.json)"
+  raise ja.ConfigError(f"--resume-from {path}: {why}; name a numbered checkpoint "
+                       "(<logdir>/5000) or <logdir>/final, or continue the run with --resume "
+                       "--logdir <logdir>.")
+
+
 def check_resume(args: RunArgs, settings: dict, agent_cfg: Any = None) -> None:
   """Raises ``ConfigError`` naming every setting of a ``--resume`` that differs from the saved
   run's and is neither safe nor in ``--allow-changes``; prints the changes it applies,
   including those of the agent's resolved config that follow from them (a learning-rate decay
   spanning a new ``--max-opts``)."""
-  if args.resume_from and not Path(args.resume_from).is_dir():
-    raise ja.ConfigError(f"--resume-from {args.resume_from}: no such checkpoint directory; "
-                         "name one of a run's checkpoints (<logdir>/final, <logdir>/best or a "
-                         "numbered one such as <logdir>/5000), or --resume --logdir the run.")
+  if args.resume_from:
+    check_resume_from(Path(args.resume_from))
   if not args.resume_from and not Path(args.logdir).is_dir():
     raise ja.ConfigError(f"--resume: {args.logdir} does not exist, so there is no run to "
                          "continue; pass the --logdir of the run (or --resume-from a checkpoint).")

@@ -321,7 +321,8 @@ class RunLedger:
   def summary(self, samples_total: int, env_steps: int, extra: dict | None = None) -> dict:
     """The run's ``summary.json``. A resumed run's counters, ``wall_s`` and rates are those of
     the lineage (every attempt up to the checkpoint it resumed from, and this one);
-    ``attempt_wall_s`` is this attempt's seconds alone; ``resumes`` counts the resumes in
+    ``attempt_wall_s`` is this attempt's seconds alone (``duration`` limits it, and the
+    loop's ``stage_fractions`` divide by it); ``resumes`` counts the resumes in
     that lineage (a resume from a checkpoint older than the last attempt's is not counted
     twice)."""
     wall = self.elapsed()

@@ -164,6 +164,15 @@ def test_a_resume_that_cannot_load_keeps_the_saved_config(tmp_path):
   with pytest.raises(ja.ConfigError, match=r"--resume-from .*typo/000100: no such checkpoint"):
     _dqn(tmp_path / "new", "--resume-from", str(tmp_path / "typo" / "000100"))
   assert not (tmp_path / "typo").exists() and not (tmp_path / "new").exists()
+  # The run directory instead of one of its checkpoints, or its best/: the way to do it.
+  events = sorted(logdir.glob("events*"))
+  with pytest.raises(ja.ConfigError, match=r"is a run directory, not a checkpoint: --resume "
+                     r"--logdir .*run continues it"):
+    _dqn(tmp_path / "new", "--resume-from", str(logdir))
+  with pytest.raises(ja.ConfigError, match=r"best holds the best params only"):
+    _dqn(tmp_path / "new", "--resume-from", str(logdir / "best"))
+  assert not (tmp_path / "new").exists()
+  assert sorted(logdir.glob("events*")) == events  # (nothing written beside them)
 
 
 def test_a_new_run_refuses_a_logdir_holding_only_a_config(tmp_path):
