@@ -300,8 +300,8 @@ class StudyLock:
 def row_command(settings: dict, values: dict) -> list[str]:
   """The experiment's command line for ``values`` (no --seed: the seeds are listed beside it)."""
   row = bl.ROWS[settings["row"]]
-  return ["python", row.script, *row.flags, *bl.MODES[settings["mode"]],
-          *run_flags(values, settings["extra"])]
+  return [*(f"{k}={v}" for k, v in row.env), "python", row.script, *row.flags,
+          *bl.MODES[settings["mode"]], *run_flags(values, settings["extra"])]
 
 
 def make_objective(optuna, settings: dict, params: list[Param], out: Path, timeout: float,
@@ -475,6 +475,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
   except argparse.ArgumentTypeError as e:
     p.error(f"argument --param: {e}")
   args.extra = [w for chunk in args.extra for w in shlex.split(chunk)]
+  # A tuned flag also in --extra would win over the sampled value (the last flag wins): every
+  # trial would run the same setting.
+  both = sorted({p.name for p in args.params}
+                & {w[2:].split("=")[0].replace("_", "-") for w in args.extra if w.startswith("--")})
+  if both:
+    p.error(f"--param and --extra both set {', '.join(both)}: the --extra value would win in "
+            "every trial; drop it from --extra.")
   return args
 
 

@@ -76,6 +76,20 @@ def test_a_param_named_twice_is_refused(capsys):
   assert "a given more than once" in capsys.readouterr().err
 
 
+def test_a_param_also_in_extra_is_refused(capsys):
+  with pytest.raises(SystemExit):
+    sw.parse_args(["--study", "s.db", "--row", "dqn-cartpole", "--param",
+                   "agent.n-step=int:1:5", "--extra", "--max-opts 100 --agent.n-step 3"])
+  assert "--param and --extra both set agent.n-step" in capsys.readouterr().err
+
+
+def test_the_best_command_carries_the_rows_environment():
+  settings = {"row": "dqn-cartpole-2dev", "mode": "sync", "extra": []}
+  command = sw.row_command(settings, {"agent.n-step": 3})
+  assert command[0].startswith("XLA_FLAGS=") and command[1] == "python"
+  assert command[-2:] == ["--agent.n-step", "3"]
+
+
 def test_flags_and_their_order():
   assert sw.flag_words("agent.learning-rate", 0.1 + 0.2) == ["--agent.learning-rate",
                                                              "0.30000000000000004"]
