@@ -130,8 +130,9 @@ def test_actors_explore_on_the_schedule_and_evaluate_greedily():
 
 
 def test_pqn_acts_as_dqn_does():
-  """One epsilon-greedy acting for both (exploration.EpsilonGreedyActing): the same greedy
-  actions, schedule and rng give the same actions and states, training and evaluating."""
+  """One epsilon-greedy acting for both (exploration.EpsilonGreedyActing), checked against the
+  schedule by hand: a training actor starts at its env steps times the actors and counts
+  num_envs x num_actors per call; an evaluation explores with eval_epsilon and counts too."""
   from jaxasync.agents.exploration import EpsilonGreedyActing
   settings = dict(eps_start=0.9, eps_end=0.1, eps_decay_steps=200, eval_epsilon=0.05)
   cartpole = gym.make("CartPole-v1")
@@ -139,16 +140,30 @@ def test_pqn_acts_as_dqn_does():
   dqn = ja.DQN(ja.DQNConfig(**settings), cartpole.observation_space, cartpole.action_space)
   assert isinstance(pqn, EpsilonGreedyActing) and isinstance(dqn, EpsilonGreedyActing)
   greedy = np.arange(8, dtype=np.int32) % 2
-  for context in (ja.ActorContext(actor_id=1, num_actors=2, num_envs=8, env_steps=30),
-                  ja.ActorContext(num_envs=8, evaluation=True)):
-    states = [agent.initial_actor_state(context) for agent in (pqn, dqn)]
-    rngs = [np.random.default_rng(5), np.random.default_rng(5)]
-    for _ in range(50):
-      (a, _, states[0]), (b, _, states[1]) = (
-          agent.select(greedy, state, rng) for agent, state, rng in zip((pqn, dqn), states, rngs))
-      np.testing.assert_array_equal(a, b)
-      assert a.dtype == b.dtype and states[0] == states[1]
-    assert pqn.actor_metrics(states[0]) == dqn.actor_metrics(states[1])
+  by_hand = lambda steps: 0.9 - 0.8 * min(steps, 200) / 200  # linear, then flat at 0.1
+  for agent in (pqn, dqn):
+    state = agent.initial_actor_state(
+        ja.ActorContext(actor_id=1, num_actors=2, num_envs=8, env_steps=30))
+    assert (state.env_steps, state.steps_per_call, state.fixed) == (60, 16, None)
+    rng = np.random.default_rng(5)
+    for call in range(1, 11):
+      actions, extras, state = agent.select(greedy, state, rng)
+      assert extras is None and actions.dtype == cartpole.action_space.dtype
+      assert state.env_steps == 60 + 16 * call
+      np.testing.assert_allclose(agent.actor_metrics(state)["epsilon"],
+                                 by_hand(60 + 16 * call), rtol=1e-12)
+    assert agent.actor_metrics(state)["epsilon"] == pytest.approx(0.1)  # (220 steps: flat)
+    evaluation = agent.initial_actor_state(ja.ActorContext(num_envs=8, evaluation=True))
+    for call in range(1, 4):
+      _, _, evaluation = agent.select(greedy, evaluation, rng)
+      assert evaluation.env_steps == 8 * call and evaluation.fixed == 0.05
+    assert agent.actor_metrics(evaluation) == {"epsilon": 0.05}
+  # Epsilon 0.05 over 20,000 draws: about 2.5 % of actions leave the greedy one (half the
+  # random actions are the greedy one), far from the schedule's start.
+  rng = np.random.default_rng(0)
+  many = np.zeros(20_000, np.int32)
+  actions, _, _ = pqn.select(many, pqn.fixed_epsilon(0.05), rng)
+  assert 0.02 < np.mean(actions != many) < 0.03
 
 
 def test_update_runs_epochs_of_minibatches_and_counts_iterations():
