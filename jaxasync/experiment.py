@@ -240,6 +240,26 @@ def _flatten(obj: Any, prefix: str = "") -> dict:
   return out
 
 
+def class_defaults(args: Any) -> dict[str, Any]:
+  """Each setting's default in the class that declares it, keyed as ``flat_settings``
+  (``{"agent.target_kl_cost": 0.0, ...}``): what a run saved before a setting existed had,
+  when the class default keeps the behaviour of before (the rule for new settings)."""
+  return json.loads(json.dumps(_class_defaults(args), default=str))
+
+
+def _class_defaults(obj: Any, prefix: str = "") -> dict:
+  out = {}
+  for f in dataclasses.fields(obj):
+    value = getattr(obj, f.name)
+    if dataclasses.is_dataclass(value):
+      out.update(_class_defaults(value, f"{prefix}{f.name}."))
+    elif f.default is not dataclasses.MISSING:
+      out[prefix + f.name] = f.default
+    elif f.default_factory is not dataclasses.MISSING:
+      out[prefix + f.name] = f.default_factory()
+  return out
+
+
 def _is_union(cls: type, field: str) -> bool:
   """Whether ``cls.field`` is declared as a union (``QLearning | Munchausen | Categorical``)."""
   try:
@@ -394,12 +414,13 @@ def comparable_layout(record: dict, settings: dict) -> bool:
 
 
 def resume_changes(saved: dict, current: dict, allowed: tuple[str, ...] = (),
-                   flattened: tuple[str, ...] = RunArgs.flattened
-                   ) -> tuple[list[str], list[str]]:
+                   flattened: tuple[str, ...] = RunArgs.flattened,
+                   defaults: dict | None = None) -> tuple[list[str], list[str]]:
   """Compares a saved run's flags with a resume's (both ``flat_settings``): returns (refused,
   applied), each a list of ``"--flag NEW (was OLD)"``. A change is applied when its field or
-  a group above it is in ``RESUME_SAFE`` or ``allowed``, or when the saved config predates
-  the field; refused otherwise; the fields of ``NOT_COMPARED`` are left out. A union field
+  a group above it is in ``RESUME_SAFE`` or ``allowed``; refused otherwise. A field the saved
+  config predates is compared with its class default (``defaults``, ``class_defaults``: the
+  behaviour of before) and applied when equal or unknown; the fields of ``NOT_COMPARED`` are left out. A union field
   whose variant changed is one change, ``"agent.loss:NEW (was agent.loss:OLD)"``; the
   variants' own fields are then not compared."""
   names = set(saved) | set(current)
@@ -416,9 +437,14 @@ def resume_changes(saved: dict, current: dict, allowed: tuple[str, ...] = (),
     if name in changed_variants:
       command = flag(name, flattened).removeprefix("--")
       text = f"{command}:{new} (was {command}:{old})"
-    elif name not in saved:  # a setting added since the run was saved: its old value is unknown
+    elif name not in saved and (defaults is None or name not in defaults
+                                or defaults[name] == new):
+      # A setting added since the run was saved, at the behaviour of before (or unknown).
       applied.append(f"{flag(name, flattened)} {_shown(new)} (not in the saved config)")
       continue
+    elif name not in saved:
+      text = (f"{flag(name, flattened)} {_shown(new)} (not in the saved config, which predates "
+              f"it: the run had its default {_shown(defaults[name])})")
     else:
       text = f"{flag(name, flattened)} {_shown(new)} (was {_shown(old)})"
     parts = name.split(".")
@@ -469,7 +495,7 @@ def check_resume(args: RunArgs, settings: dict, agent_cfg: Any = None) -> None:
   path, record = found
   flattened = type(args).flattened
   refused, applied = resume_changes(record.get("settings", {}), settings, args.allow_changes,
-                                    flattened)
+                                    flattened, class_defaults(args))
   if refused:
     # (a bare --x would be read as a flag of its own; a variant is allowed by its field's name)
     names = " ".join(r.split()[0].removeprefix("--").split(":")[0] for r in refused)

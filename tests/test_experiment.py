@@ -66,6 +66,24 @@ def test_resume_changes_sorts_refused_from_applied():
       [], ["--agent.n-step 3 (not in the saved config)"])
 
 
+def test_a_setting_the_saved_run_predates_compares_with_its_class_default():
+  """IMPALA's CartPole preset turned target_kl_cost on (1.0) after runs without it were saved:
+  those had the class default 0, so a resume that would add the anchor is refused, with the
+  way back; at the default it is applied."""
+  from jaxasync.train import impala
+  args = impala.Args()
+  now = experiment.flat_settings(args)
+  saved = {k: v for k, v in now.items() if k != "agent.target_kl_cost"}
+  defaults = experiment.class_defaults(args)
+  assert defaults["agent.target_kl_cost"] == 0.0 and now["agent.target_kl_cost"] == 1.0
+  assert experiment.resume_changes(saved, now, defaults=defaults) == (
+      ["--agent.target-kl-cost 1.0 (not in the saved config, which predates it: the run had "
+       "its default 0.0)"], [])
+  at_default = {**now, "agent.target_kl_cost": 0.0}
+  assert experiment.resume_changes(saved, at_default, defaults=defaults) == (
+      [], ["--agent.target-kl-cost 0.0 (not in the saved config)"])
+
+
 def test_a_changed_loss_is_one_change_and_its_fields_are_not_compared():
   saved = experiment.flat_settings(tyro.cli(dqn.Args, args=[]))
   now = experiment.flat_settings(tyro.cli(dqn.Args, args=["agent.loss:categorical"]))
