@@ -7,6 +7,12 @@ actors sample actions from the policy's distribution and hand its parameters to 
 as ``extras`` (the behaviour policy, for importance ratios); ``N`` is the unrolls of one SGD
 step times their sub-envs, side by side. A ``PolicyHead`` is everything that depends on the
 action kind; the losses see only its ``log_prob`` and ``entropy``.
+
+With ``normalize_observations`` the network sees observations standardised by running
+statistics (``agents/normalization.py``) that live in the learner's state: the learner
+updates them from each batch it trains on, before its SGD step, and publishes them with the
+params (``NormalizedPolicyParams``), so actors and the evaluator normalise with exactly the
+version they adopted, inside the one jitted ``policy`` call.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ import numpy as np
 import tyro
 
 from jaxasync.agent import ActorContext, Agent, key_data
+from jaxasync.agents.normalization import (RunningMeanStd, init_running_stats, normalize,
+                                           update_running_stats)
 from jaxasync.errors import ConfigError
 from jaxasync.pipeline import UnrollConfig
 from jaxasync.envs import check_box_observations
@@ -261,6 +269,18 @@ class ActorCriticState:
   opt_state: PyTree
   opt_steps: jnp.ndarray  # int32 scalar: SGD steps (IMPALA) or PPO iterations taken
   key: jnp.ndarray  # uint32[2] PRNG key data (PPO's minibatch shuffles)
+  # The running observation statistics with ``normalize_observations``; None (no leaves, so
+  # the state, its checkpoints and its updates are those of before) without.
+  obs_stats: RunningMeanStd | None = None
+
+
+@flax.struct.dataclass
+class NormalizedPolicyParams:
+  """What ``policy_params`` publishes with ``normalize_observations``: the network's params
+  and the observation statistics of the same learner state (one version, adopted together)."""
+
+  params: PyTree
+  obs_stats: RunningMeanStd
 
 
 class UnrollPairs(NamedTuple):
@@ -360,11 +380,13 @@ class ActorCritic(Agent):
   learner as ``extras`` (categorical: ``{"logits"}``; Gaussian: ``{"mean", "log_std",
   "raw_action"}``).
 
-  Subclasses set ``self.optimizer`` (``init`` builds its state) and write ``update``.
+  Subclasses set ``self.optimizer`` (``init`` builds its state) and write ``update``, which
+  passes each batch of unrolls through ``normalize_unroll`` before its SGD step (the
+  observation statistics, when ``normalize_observations``).
 
   Args (of subclasses' ``__init__``, through ``_setup``): the config (with ``torso``,
-  ``hidden_sizes``, ``shared_torso``, ``data``, ``batch_size``, ``eval_greedy``),
-  the spaces and the env id.
+  ``hidden_sizes``, ``shared_torso``, ``data``, ``batch_size``, ``eval_greedy``,
+  ``normalize_observations``, ``observation_clip``), the spaces and the env id.
   """
 
   def _setup(self, config, obs_space: gym.Space, action_space: gym.Space, env_id: str,
@@ -378,7 +400,17 @@ class ActorCritic(Agent):
     self.network = ActorCriticNetwork(self.head, torso, tuple(config.hidden_sizes),
                                       config.shared_torso, config.activation,
                                       config.orthogonal_init)
-    self._dist_params = jax.jit(lambda params, obs: self.network.apply(params, obs)[0])
+    if config.normalize_observations and not np.issubdtype(obs_space.dtype, np.floating):
+      # (An image torso scales uint8 pixels itself; standardised floats would be scaled again.)
+      raise ConfigError(
+          f"{env_id} has {obs_space.dtype} observations; {name}'s normalize_observations "
+          "standardises float vector observations. Drop --agent.normalize-observations.")
+
+    def dist_params(params, obs):
+      if isinstance(params, NormalizedPolicyParams):  # (a trace-time choice: one jitted call)
+        params, obs = params.params, self.normalize_obs(params.obs_stats, obs)
+      return self.network.apply(params, obs)[0]
+    self._dist_params = jax.jit(dist_params)
 
   def init_params(self, key: chex.PRNGKey) -> PyTree:
     obs = jnp.zeros((1,) + self.obs_space.shape, self.obs_space.dtype)
@@ -398,7 +430,31 @@ class ActorCritic(Agent):
 
   @staticmethod
   def policy_params(state) -> PyTree:
-    return state.params
+    """The network's params; with observation statistics in ``state``, those too
+    (``NormalizedPolicyParams``), which ``policy`` then applies."""
+    if state.obs_stats is None:
+      return state.params
+    return NormalizedPolicyParams(state.params, state.obs_stats)
+
+  def normalize_obs(self, obs_stats: RunningMeanStd, obs: jnp.ndarray) -> jnp.ndarray:
+    """``obs [..., *obs_shape]`` standardised by ``obs_stats`` and clipped at
+    ``observation_clip``: what the network sees with ``normalize_observations``."""
+    return normalize(obs_stats, obs, self.config.observation_clip)
+
+  def normalize_unroll(self, state: ActorCriticState, unroll):
+    """The learner's step before an SGD step on ``unroll`` (leaves ``[T + 1, N, ...]``):
+    ``state``'s statistics updated from its observations, and the unroll with its ``obs``
+    normalised by the updated ones; both unchanged without ``normalize_observations``.
+
+    Each observation is counted once: only ``obs[:-1]`` (every one the env emitted, episodes'
+    final and reset observations included), since ``obs[T]`` is the next unroll's ``obs[0]``
+    from the same envs and counts there. Every actor's unrolls count alike, by the data the
+    learner trains on, so no actor's stream weighs more than its share of the batches."""
+    if state.obs_stats is None:
+      return state, unroll
+    obs_stats = update_running_stats(state.obs_stats, batch_major(unroll.obs[:-1]))
+    return (state.replace(obs_stats=obs_stats),
+            unroll._replace(obs=self.normalize_obs(obs_stats, unroll.obs)))
 
   def extras_example(self) -> dict:
     return self.head.extras_example()
@@ -423,9 +479,11 @@ class ActorCritic(Agent):
     """The initial state: the network's params, the subclass's ``self.optimizer`` state, and
     the PRNG key of the update (PPO's minibatch shuffles)."""
     params = self.init_params(key)
+    obs_stats = (init_running_stats(self.obs_space.shape)
+                 if self.config.normalize_observations else None)
     return ActorCriticState(params=params, opt_state=self.optimizer.init(params),
                             opt_steps=jnp.zeros((), jnp.int32),
-                            key=key_data(jax.random.fold_in(key, 1)))
+                            key=key_data(jax.random.fold_in(key, 1)), obs_stats=obs_stats)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -449,6 +507,13 @@ class ActorCriticConfig:
     entropy_cost: weight of the entropy bonus.
     eval_greedy: evaluate with the mode (the argmax action, or the Gaussian's clipped mean;
       False: sample, as in training).
+    normalize_observations: the network sees observations standardised per feature by
+      running statistics, clipped at ``observation_clip`` (CleanRL's MuJoCo PPO). The
+      statistics live in the learner's state (checkpointed), count each observation of the
+      batches trained on once (updated before each SGD step), and are published with the
+      params, so actors and the evaluator apply the very version they adopted. Float
+      (vector) observations only.
+    observation_clip: the bound of the normalised observations (gymnasium's and CleanRL's 10).
     data: what it learns from: unrolls of ``unroll_length`` steps through a queue that drops
       those older than ``max_policy_lag`` SGD steps (``UnrollConfig``; shown among the
       agent's flags, ``--agent.unroll-length``).
@@ -467,6 +532,8 @@ class ActorCriticConfig:
   max_grad_norm: float = 40.0
   entropy_cost: float = 0.01
   eval_greedy: bool = True
+  normalize_observations: bool = False
+  observation_clip: float = 10.0
   data: Annotated[UnrollConfig, tyro.conf.arg(name="")] = dataclasses.field(
       default_factory=UnrollConfig)
 
@@ -489,3 +556,6 @@ class ActorCriticConfig:
                         f"{self.learning_rate_decay_steps}.")
     if not self.max_grad_norm >= 0.0:
       raise ConfigError(f"max_grad_norm must be >= 0 (0: no clipping), got {self.max_grad_norm}.")
+    if not 0.0 < self.observation_clip <= float("inf"):
+      raise ConfigError(f"observation_clip must be > 0 (inf: no clip), got "
+                        f"{self.observation_clip}.")

@@ -143,8 +143,9 @@ class IMPALA(ActorCritic):
 
   def loss(self, params: PyTree, unroll: Unroll, target_params: PyTree = None
            ) -> tuple[jnp.ndarray, dict]:
-    """IMPALA's loss on one batch of unrolls (leaves ``[T + 1, N, ...]``), plus
-    ``target_kl_cost`` times the policy's mean KL from ``target_params``' when given."""
+    """IMPALA's loss on one batch of unrolls (leaves ``[T + 1, N, ...]``, ``obs`` as the
+    network takes them: ``normalize_unroll``'s), plus ``target_kl_cost`` times the policy's
+    mean KL from ``target_params``' when given."""
     dist_params, values = self.apply_unroll(params, unroll.obs)
     pairs = unroll_pairs(unroll, self.config.gamma, self.head)
     loss, metrics = vtrace_losses(dist_params, values, pairs, self.config, self.head)
@@ -158,6 +159,9 @@ class IMPALA(ActorCritic):
     return loss, metrics
 
   def _sgd_step(self, state: IMPALAState, unroll: Unroll):
+    # The observation statistics (if any) take this batch in before the step that learns
+    # from it; the loss sees its observations normalised by the updated statistics.
+    state, unroll = self.normalize_unroll(state, unroll)
     grads, metrics = jax.grad(self.loss, has_aux=True)(state.params, unroll, state.target_params)
     updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
     metrics["grad_norm"] = optax.tree.norm(grads)

@@ -172,7 +172,8 @@ class PPO(ActorCritic):
 
   def iteration_batch(self, params: PyTree, unroll: Unroll) -> PPOBatch:
     """The flat ``[T * N]`` transitions of ``unroll`` with advantages and value targets from
-    ``params`` (held constant for the iteration)."""
+    ``params`` (held constant for the iteration); ``unroll.obs`` as the network takes them
+    (normalised already, with ``normalize_observations``: ``normalize_unroll``)."""
     pairs = unroll_pairs(unroll, self.config.gamma, self.head)
     _, values = self.apply_unroll(params, unroll.obs)
     values = jax.lax.stop_gradient(values)
@@ -189,6 +190,9 @@ class PPO(ActorCritic):
 
   def _iteration(self, state: ActorCriticState, unroll: Unroll):
     c = self.config
+    # The observation statistics (if any) take this batch in first; the iteration's epochs
+    # then all see its observations normalised by the same, updated statistics.
+    state, unroll = self.normalize_unroll(state, unroll)
     data = self.iteration_batch(state.params, unroll)
     key, shuffle_key = jax.random.split(state.key)
     (params, opt_state), metrics = minibatch_epochs(
@@ -196,8 +200,8 @@ class PPO(ActorCritic):
         c.num_epochs, c.num_minibatches, "PPO")
     metrics = jax.tree.map(jnp.mean, metrics)
     metrics["advantage_mean"] = masked_mean(data.advantage, data.mask)
-    return ActorCriticState(params=params, opt_state=opt_state,
-                            opt_steps=state.opt_steps + 1, key=key), metrics
+    return state.replace(params=params, opt_state=opt_state, opt_steps=state.opt_steps + 1,
+                         key=key), metrics
 
   def update(self, state: ActorCriticState, batch: Unroll, weights=None
              ) -> tuple[ActorCriticState, dict, None]:
