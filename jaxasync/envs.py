@@ -10,6 +10,7 @@ import dataclasses
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from jaxasync.errors import ConfigError
@@ -83,6 +84,24 @@ def check_box_observations(obs_space: gym.Space, env_id: str, agent: str) -> Non
     raise ConfigError(
         f"{env_id} has observation space {obs_space}; {agent}'s networks need a Box. Wrap the "
         "env with gymnasium.wrappers.FlattenObservation (or similar) first.")
+
+
+def check_action_box(action_space: gym.spaces.Box, env_id: str, agent: str,
+                     bounds_use: str) -> None:
+  """Raises ``ConfigError`` unless ``action_space`` is a one-axis Box with finite bounds (what
+  the continuous-action agents take), naming ``agent``, what it does with the bounds
+  (``bounds_use``) and a fix that works."""
+  if len(action_space.shape) != 1:
+    raise ConfigError(
+        f"{env_id} has actions of shape {action_space.shape}; {agent} needs a one-axis Box [A]. "
+        "Reshape them in a wrapper first (gymnasium.wrappers.TransformAction with a "
+        "one-axis Box).")
+  if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
+    # (ClipAction declares [-inf, inf] and RescaleAction refuses unbounded Boxes: neither helps.)
+    raise ConfigError(
+        f"{env_id} has an unbounded action Box (low={action_space.low}, high="
+        f"{action_space.high}); {agent} {bounds_use}. Declare the actions' true bounds: "
+        "gymnasium.wrappers.TransformAction(env, lambda a: a, gymnasium.spaces.Box(low, high)).")
 
 
 def single_spaces(env: gym.vector.VectorEnv) -> tuple[gym.Space, gym.Space]:

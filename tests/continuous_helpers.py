@@ -23,7 +23,7 @@ PENDULUM = ja.EnvFactory("Pendulum-v1")
 # an unbounded Box and a two-axis Box, each with its fix.
 UNSUITABLE_ACTION_SPACES = [
     (gym.spaces.Discrete(3), ["Discrete", "DQN"]),
-    (gym.spaces.Box(-np.inf, np.inf, (2,), np.float32), ["unbounded", "RescaleAction"]),
+    (gym.spaces.Box(-np.inf, np.inf, (2,), np.float32), ["unbounded", "TransformAction"]),
     (gym.spaces.Box(-1, 1, (2, 2), np.float32), ["(2, 2)", "one-axis"]),
 ]
 

@@ -19,7 +19,7 @@ import rlax
 
 import jaxasync as ja
 from jaxasync import experiment
-from jaxasync.agents.actor_critic import unroll_pairs
+from jaxasync.agents.actor_critic import CategoricalHead, unroll_pairs
 from jaxasync.agents.impala import vtrace_losses
 from jaxasync.agents.ppo import PPOBatch, gae_advantages, ppo_losses
 from jaxasync.collectors.unrolls import Unroll
@@ -29,6 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 OBS2 = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
 ACT2 = gym.spaces.Discrete(2)
 GAMMA = 0.9
+HEAD2 = CategoricalHead(2)  # the policy head of ACT2
 
 
 def _boundary_unroll(truncated: bool) -> Unroll:
@@ -46,7 +47,7 @@ V = np.array([[0.5], [1.5], [3.0], [7.0]], np.float32)  # values of t = 0..3
 
 
 def test_unroll_pairs_mask_the_pair_across_the_boundary():
-  pairs = unroll_pairs(_boundary_unroll(truncated=False), GAMMA)
+  pairs = unroll_pairs(_boundary_unroll(truncated=False), GAMMA, HEAD2)
   np.testing.assert_array_equal(pairs.mask[:, 0], [True, True, False])
   np.testing.assert_allclose(pairs.discount[:, 0], [GAMMA, 0.0, GAMMA])
   np.testing.assert_allclose(pairs.reward[:, 0], [1.0, 2.0, 0.0])
@@ -59,10 +60,10 @@ def test_vtrace_on_policy_by_hand(truncated):
   observation's value), vs_0 = r_1 + gamma vs_1; the pair across the boundary has vs = V
   there, so V_3 (the next episode) never enters."""
   unroll = _boundary_unroll(truncated)
-  pairs = unroll_pairs(unroll, GAMMA)
+  pairs = unroll_pairs(unroll, GAMMA, HEAD2)
   logits = jnp.asarray(unroll.extras["logits"])  # the learner's policy = the behaviour policy
   config = ja.IMPALAConfig(entropy_cost=0.0, baseline_cost=1.0)
-  loss, metrics = vtrace_losses(logits, jnp.asarray(V), pairs, config)
+  loss, metrics = vtrace_losses(logits, jnp.asarray(V), pairs, config, HEAD2)
   vs_1 = 2.0 + (GAMMA * 3.0 if truncated else 0.0)
   vs_0 = 1.0 + GAMMA * vs_1
   errors = np.array([vs_0 - 0.5, vs_1 - 1.5])  # the two real pairs
@@ -76,18 +77,20 @@ def test_vtrace_normalised_advantages_by_hand():
   """With normalize_advantages the two real pairs' advantages are standardised over the real
   pairs only (the masked pair across the boundary counts for nothing): +1 and -1."""
   unroll = _boundary_unroll(truncated=False)
-  pairs = unroll_pairs(unroll, GAMMA)
+  pairs = unroll_pairs(unroll, GAMMA, HEAD2)
   logits = jnp.asarray(unroll.extras["logits"])
   config = ja.IMPALAConfig(entropy_cost=0.0, normalize_advantages=True)
-  _, metrics = vtrace_losses(logits, jnp.asarray(V), pairs, config)
+  _, metrics = vtrace_losses(logits, jnp.asarray(V), pairs, config, HEAD2)
   # advantages (vs_0 - 0.5, vs_1 - 1.5) are distinct, so standardised they are (+1, -1) in
   # some order: pg = -mean(+-1 * log 0.5) = 0; the value loss is untouched.
   np.testing.assert_allclose(metrics["pg_loss"], 0.0, atol=1e-5)
-  _, plain = vtrace_losses(logits, jnp.asarray(V), pairs, ja.IMPALAConfig(entropy_cost=0.0))
+  _, plain = vtrace_losses(logits, jnp.asarray(V), pairs, ja.IMPALAConfig(entropy_cost=0.0),
+                          HEAD2)
   np.testing.assert_allclose(metrics["baseline_loss"], plain["baseline_loss"])
   skewed = jnp.asarray(unroll.extras["logits"]).at[:, :, 1].add(1.0)  # pi(a) differs by action
   unroll = unroll._replace(extras={"logits": np.asarray(skewed)})  # still on-policy: rho = 1
-  _, metrics = vtrace_losses(skewed, jnp.asarray(V), unroll_pairs(unroll, GAMMA), config)
+  _, metrics = vtrace_losses(skewed, jnp.asarray(V), unroll_pairs(unroll, GAMMA, HEAD2), config,
+                            HEAD2)
   log_pi = np.asarray(jax.nn.log_softmax(skewed))[[0, 1], 0, [1, 0]]  # actions 1, 0
   vs_1 = 2.0
   adv = np.array([1.0 + GAMMA * vs_1 - 0.5, vs_1 - 1.5])
@@ -156,7 +159,7 @@ def test_vtrace_through_the_agent_equals_rlax_per_column():
 
 @pytest.mark.parametrize("truncated", [False, True])
 def test_gae_cuts_at_the_boundary_by_hand(truncated):
-  pairs = unroll_pairs(_boundary_unroll(truncated), GAMMA)
+  pairs = unroll_pairs(_boundary_unroll(truncated), GAMMA, HEAD2)
   lam = 0.5
   adv = np.asarray(gae_advantages(pairs, jnp.asarray(V), lam))[:, 0]
   delta_1 = 2.0 + (GAMMA * 3.0 if truncated else 0.0) - 1.5  # bootstraps V_2 only if truncated
@@ -180,14 +183,15 @@ def test_ppo_loss_by_hand():
   config = ja.PPOConfig(clip_epsilon=0.2, normalize_advantages=False, value_cost=0.5,
                         entropy_cost=0.0)
   values = jnp.array([1.5, 0.5, 0.0])
-  loss, m = ppo_losses(logits, values, batch, config)
+  loss, m = ppo_losses(logits, values, batch, config, HEAD2)
   np.testing.assert_allclose(m["pg_loss"], -(1.2 - 0.8) / 2, rtol=1e-6)
   np.testing.assert_allclose(m["value_loss"], (0.5 * 0.25 + 0.5 * 0.25) / 2, rtol=1e-6)
   np.testing.assert_allclose(m["clip_fraction"], 1.0)
   np.testing.assert_allclose(loss, m["pg_loss"] + 0.5 * m["value_loss"], rtol=1e-6)
   # Value clipping (0.2 around the old values 1.0): 1.5 -> 1.2 (error 0.8^2 > 0.5^2),
   # 0.5 -> 0.8 (error 0.8^2 > 0.5^2): the larger errors count.
-  _, mc = ppo_losses(logits, values, batch, dataclasses.replace(config, value_clip_epsilon=0.2))
+  _, mc = ppo_losses(logits, values, batch, dataclasses.replace(config, value_clip_epsilon=0.2),
+                     HEAD2)
   np.testing.assert_allclose(mc["value_loss"], 0.5 * 0.64, rtol=1e-5)
 
 
@@ -273,7 +277,7 @@ def test_impala_target_policy_anchor_by_hand():
 
 def test_errors_name_the_fix():
   # (A bounded Box of actions is served by a Gaussian head: tests/test_continuous_actor_critic.py.)
-  with pytest.raises(ja.ConfigError, match="ClipAction or RescaleAction"):
+  with pytest.raises(ja.ConfigError, match=r"Declare the actions' true bounds: gymnasium.wrappers.TransformAction"):
     ja.IMPALA(ja.IMPALAConfig(), OBS2, gym.spaces.Box(-np.inf, np.inf, (1,), np.float32), "Pend-v1")
   with pytest.raises(ja.ConfigError, match="gae_lambda"):
     ja.PPO(ja.PPOConfig(gae_lambda=1.5), OBS2, ACT2)

@@ -36,7 +36,7 @@ from jaxasync.agents.normalization import (RunningMeanStd, init_running_stats, n
                                            update_running_stats)
 from jaxasync.errors import ConfigError
 from jaxasync.pipeline import UnrollConfig
-from jaxasync.envs import check_box_observations
+from jaxasync.envs import check_action_box, check_box_observations
 from jaxasync.networks import (ACTIVATIONS, TORSOS, Activation, Torso, check_torso, default_torso,
                                make_torso)
 
@@ -305,11 +305,9 @@ class UnrollPairs(NamedTuple):
   discount: jnp.ndarray
 
 
-def unroll_pairs(unroll, gamma: float, head: PolicyHead | None = None) -> UnrollPairs:
+def unroll_pairs(unroll, gamma: float, head: PolicyHead) -> UnrollPairs:
   """The transitions of an ``Unroll`` with leaves ``[T + 1, N, ...]`` (dm_env/rlax pairing);
-  ``head`` reads the behaviour policy and the action from it (default: categorical, from
-  ``extras["logits"]``)."""
-  head = CategoricalHead(unroll.extras["logits"].shape[-1]) if head is None else head
+  ``head`` reads the behaviour policy and the action from its ``extras``."""
   behaviour = jax.tree.map(lambda x: x[:-1], head.behaviour(unroll.extras))
   return UnrollPairs(mask=~unroll.first[1:],
                      action=head.learner_action(unroll.action, unroll.extras)[:-1],
@@ -355,16 +353,7 @@ def check_actor_critic_spaces(obs_space: gym.Space, action_space: gym.Space, env
   """Raises ``ConfigError`` unless the spaces suit an actor-critic: Box observations and
   Discrete actions or a one-axis Box of actions with finite bounds."""
   if isinstance(action_space, gym.spaces.Box):
-    if len(action_space.shape) != 1:
-      raise ConfigError(
-          f"{env_id} has actions of shape {action_space.shape}; {name} needs a one-axis Box [A] "
-          "(or Discrete). Flatten the action space in a wrapper first.")
-    if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
-      raise ConfigError(
-          f"{env_id} has an unbounded action Box (low={action_space.low}, high="
-          f"{action_space.high}); {name} clips its Gaussian actions to the Box's bounds. Wrap "
-          "the env with gymnasium.wrappers.ClipAction or RescaleAction, or give the Box finite "
-          "bounds.")
+    check_action_box(action_space, env_id, name, "clips its Gaussian actions to the Box's bounds")
   elif not isinstance(action_space, gym.spaces.Discrete):
     raise ConfigError(
         f"{env_id} has action space {action_space}; {name} needs a Discrete action space or a "

@@ -26,7 +26,7 @@ import numpy as np
 import tyro
 
 from jaxasync.agent import Agent
-from jaxasync.envs import check_box_observations
+from jaxasync.envs import check_action_box, check_box_observations
 from jaxasync.errors import ConfigError
 from jaxasync.networks import TORSOS, MLPTorso, Torso, check_torso, default_torso, make_torso
 from jaxasync.pipeline import ReplayConfig
@@ -59,16 +59,7 @@ def check_continuous_spaces(obs_space: gym.Space, action_space: gym.Space, env_i
   if not isinstance(action_space, gym.spaces.Box):
     raise ConfigError(f"{env_id} has action space {action_space}; {agent} needs a Box of "
                       "actions.")
-  if len(action_space.shape) != 1:
-    raise ConfigError(
-        f"{env_id} has actions of shape {action_space.shape}; {agent} needs a one-axis Box [A]. "
-        "Flatten the action space (gymnasium.wrappers.FlattenObservation's counterpart for "
-        "actions, or reshape in a wrapper) first.")
-  if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
-    raise ConfigError(
-        f"{env_id} has an unbounded action Box (low={action_space.low}, high="
-        f"{action_space.high}); {agent} squashes actions into the Box's bounds. Wrap the env "
-        "with gymnasium.wrappers.ClipAction or RescaleAction to give it finite bounds.")
+  check_action_box(action_space, env_id, agent, "squashes its actions into the Box's bounds")
   check_box_observations(obs_space, env_id, agent)
 
 

@@ -31,7 +31,7 @@ import rlax
 
 from jaxasync.agents.optimizers import adam_with_clipping
 from jaxasync.agents.actor_critic import (ActorCritic, ActorCriticConfig, ActorCriticState,
-                                          CategoricalHead, PolicyHead, masked_mean,
+                                          PolicyHead, masked_mean,
                                           masked_standardize, unroll_pairs)
 from jaxasync.collectors.unrolls import Unroll
 from jaxasync.errors import ConfigError
@@ -78,12 +78,11 @@ class IMPALAConfig(ActorCriticConfig):
 
 
 def vtrace_losses(dist_params, values: jnp.ndarray, pairs, config: IMPALAConfig,
-                  head: PolicyHead | None = None) -> tuple[jnp.ndarray, dict]:
-  """IMPALA's loss from the learner's dist params (leaves ``[T + 1, N, X]``: ``head``'s,
-  categorical logits when None) and ``values [T + 1, N]`` on an unroll's ``pairs``
-  (``unroll_pairs`` with the same head); returns the loss and its parts."""
+                  head: PolicyHead) -> tuple[jnp.ndarray, dict]:
+  """IMPALA's loss from the learner's dist params (leaves ``[T + 1, N, X]``: ``head``'s) and
+  ``values [T + 1, N]`` on an unroll's ``pairs`` (``unroll_pairs`` with the same head);
+  returns the loss and its parts."""
   chex.assert_rank(values, 2)
-  head = CategoricalHead(dist_params.shape[-1]) if head is None else head
   dist_tm1 = jax.tree.map(lambda x: x[:-1], dist_params)
   log_pi = head.log_prob(dist_tm1, pairs.action)
   log_mu = head.log_prob(pairs.behaviour, pairs.action)

@@ -30,7 +30,7 @@ import tyro
 from jaxasync.agents.minibatches import minibatch_epochs
 from jaxasync.agents.optimizers import adam_with_clipping
 from jaxasync.agents.actor_critic import (ActorCritic, ActorCriticConfig, ActorCriticState,
-                                          CategoricalHead, PolicyHead, batch_major, masked_mean,
+                                          PolicyHead, batch_major, masked_mean,
                                           masked_standardize, unroll_pairs)
 from jaxasync.collectors.unrolls import Unroll
 from jaxasync.errors import ConfigError
@@ -118,12 +118,11 @@ def gae_advantages(pairs, values: jnp.ndarray, gae_lambda: float) -> jnp.ndarray
 
 
 def ppo_losses(dist_params, values: jnp.ndarray, batch: PPOBatch, config: PPOConfig,
-               head: PolicyHead | None = None) -> tuple[jnp.ndarray, dict]:
+               head: PolicyHead) -> tuple[jnp.ndarray, dict]:
   """The clipped-surrogate loss on a minibatch from the learner's dist params (leaves
-  ``[M, X]``: ``head``'s, categorical logits when None) and ``values [M]``; returns the loss
-  and its parts (means over the real transitions)."""
+  ``[M, X]``: ``head``'s) and ``values [M]``; returns the loss and its parts (means over the
+  real transitions)."""
   chex.assert_rank(values, 1)
-  head = CategoricalHead(dist_params.shape[-1]) if head is None else head
   log_pi = head.log_prob(dist_params, batch.action)
   log_ratio = log_pi - batch.behaviour_log_prob
   ratio = jnp.exp(log_ratio)
