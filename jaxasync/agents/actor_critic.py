@@ -497,7 +497,7 @@ class ActorCriticConfig:
     eval_greedy: evaluate with the mode (the argmax action, or the Gaussian's clipped mean;
       False: sample, as in training).
     normalize_observations: the network sees observations standardised per feature by
-      running statistics, clipped at ``observation_clip`` (CleanRL's MuJoCo PPO). The
+      running statistics, clipped at observation_clip (CleanRL's MuJoCo PPO). The
       statistics live in the learner's state (checkpointed), count each observation of the
       batches trained on once (updated before each SGD step), and are published with the
       params, so actors and the evaluator apply the very version they adopted. Float

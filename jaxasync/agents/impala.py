@@ -50,10 +50,10 @@ class IMPALAConfig(ActorCriticConfig):
     clip_rho_threshold: clip of the importance ratios in the value targets (rho-bar).
     clip_pg_rho_threshold: clip of the importance ratios in the policy gradient.
     normalize_advantages: standardize the policy gradient's advantages over each batch.
-    target_kl_cost: weight of ``KL(pi_target || pi)``, the policy's divergence from a slow
+    target_kl_cost: weight of KL(pi_target || pi), the policy's divergence from a slow
       Polyak average of itself (PPO-EWMA's proximal policy, Hilton et al. 2022); 0: none
       (the paper's IMPALA).
-    target_tau: the step of that average per SGD step (about ``1 / tau`` steps of memory).
+    target_tau: the step of that average per SGD step (about 1 / tau steps of memory).
   """
 
   baseline_cost: float = 0.5
