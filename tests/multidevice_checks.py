@@ -51,6 +51,11 @@ def random_batch(agent: ja.Agent, seed: int) -> tuple:
     shape = (K, agent.data.unroll_length + 1, agent.batch_size * UNROLL_ENVS)
     first = rng.random(shape) < 0.2
     extras = jax.tree.map(lambda e: floats(shape + np.shape(e)), agent.extras_example())
+    if isinstance(extras, dict) and "raw_action" in extras:
+      # A Gaussian head's: a sample of that behaviour policy (random log-stds and samples far
+      # from their means would overflow the ratio pi / mu).
+      extras["log_std"] = 0.3 * extras["log_std"]
+      extras["raw_action"] = extras["mean"] + np.exp(extras["log_std"]) * extras["raw_action"]
     return Unroll(obs=floats(shape + agent.obs_space.shape), action=actions(shape), extras=extras,
                   reward=floats(shape), discount=(rng.random(shape) > 0.2).astype(np.float32),
                   first=first, last=np.roll(first, -1, axis=1)), None
