@@ -227,16 +227,20 @@ def flat_settings(args: Any) -> dict[str, Any]:
   return json.loads(json.dumps(_flatten(args), default=str))
 
 
-def _flatten(obj: Any, prefix: str = "") -> dict:
+def _flatten(obj: Any, prefix: str = "", leaf: Callable[[dataclasses.Field, Any], Any]
+             = lambda field, value: value, variants: bool = True) -> dict:
+  """``{"a.b.c": leaf(field, value)}`` over ``obj``'s nested dataclass fields (a ``leaf`` of
+  ``MISSING`` leaves the setting out); with ``variants``, a union field also names the variant
+  chosen."""
   out = {}
   for f in dataclasses.fields(obj):
     value = getattr(obj, f.name)
     if dataclasses.is_dataclass(value):
-      if _is_union(type(obj), f.name):
+      if variants and _is_union(type(obj), f.name):
         out[prefix + f.name] = variant_name(type(value))
-      out.update(_flatten(value, f"{prefix}{f.name}."))
-    else:
-      out[prefix + f.name] = value
+      out.update(_flatten(value, f"{prefix}{f.name}.", leaf, variants))
+    elif (shown := leaf(f, value)) is not dataclasses.MISSING:
+      out[prefix + f.name] = shown
   return out
 
 
@@ -244,20 +248,16 @@ def class_defaults(args: Any) -> dict[str, Any]:
   """Each setting's default in the class that declares it, keyed as ``flat_settings``
   (``{"agent.target_kl_cost": 0.0, ...}``): what a run saved before a setting existed had,
   when the class default keeps the behaviour of before (the rule for new settings)."""
-  return json.loads(json.dumps(_class_defaults(args), default=str))
+  return json.loads(json.dumps(_flatten(args, leaf=_declared_default, variants=False),
+                               default=str))
 
 
-def _class_defaults(obj: Any, prefix: str = "") -> dict:
-  out = {}
-  for f in dataclasses.fields(obj):
-    value = getattr(obj, f.name)
-    if dataclasses.is_dataclass(value):
-      out.update(_class_defaults(value, f"{prefix}{f.name}."))
-    elif f.default is not dataclasses.MISSING:
-      out[prefix + f.name] = f.default
-    elif f.default_factory is not dataclasses.MISSING:
-      out[prefix + f.name] = f.default_factory()
-  return out
+def _declared_default(field: dataclasses.Field, value: Any) -> Any:
+  if field.default is not dataclasses.MISSING:
+    return field.default
+  if field.default_factory is not dataclasses.MISSING:
+    return field.default_factory()
+  return dataclasses.MISSING
 
 
 def _is_union(cls: type, field: str) -> bool:

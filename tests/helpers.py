@@ -1,6 +1,8 @@
 """Shared test fixtures: a Box(4) space, random replay-like batches, the experiment scripts."""
 
+import importlib.util
 import multiprocessing as mp
+import sys
 import threading
 import time
 
@@ -9,6 +11,17 @@ import jax
 import numpy as np
 
 from jaxasync import Transition
+
+def load_script(path, name: str):
+  """The module of the script at ``path`` (scripts/ is not a package), registered in
+  ``sys.modules`` as ``name`` once (dataclass annotations are resolved through it)."""
+  if name not in sys.modules:
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+  return sys.modules[name]
+
 
 BOX4 = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
 

@@ -4,29 +4,17 @@ resume / failure handling on a stand-in experiment (no training)."""
 import importlib.util
 import json
 import math
-import sys
 import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from helpers import load_script
 from jaxasync.plot import common_grid, median_curve
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_learning.py"
-
-
-def _load():
-  name = "jaxasync_scripts_bench_learning"
-  if name not in sys.modules:
-    spec = importlib.util.spec_from_file_location(name, SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclass annotations are resolved through sys.modules
-    spec.loader.exec_module(module)
-  return sys.modules[name]
-
-
-bl = _load()
+bl = load_script(SCRIPT, "jaxasync_scripts_bench_learning")
 
 # env steps 0..6000, returns climbing past 475 at 3000 and sagging at the end.
 EVALS = [{"opt_steps": 500 * (i + 1), "env_steps": x, "wall_s": w, "eval_reward": y}

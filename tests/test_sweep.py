@@ -2,7 +2,6 @@
 computation from the runs' summary.json, pruning, and a sweep killed with SIGKILL then resumed;
 on a stand-in experiment, and once (slow) on experiments/dqn.py."""
 
-import importlib.util
 import json
 import os
 import signal
@@ -15,23 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from helpers import load_script
+
 optuna = pytest.importorskip("optuna")
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "sweep.py"
-
-
-def _load():
-  name = "jaxasync_scripts_sweep"
-  if name not in sys.modules:
-    spec = importlib.util.spec_from_file_location(name, SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclass annotations are resolved through sys.modules
-    spec.loader.exec_module(module)
-  return sys.modules[name]
-
-
-sw = _load()
+sw = load_script(SCRIPT, "jaxasync_scripts_sweep")
 
 
 # --- specs and flags ------------------------------------------------------------------------------
