@@ -234,6 +234,16 @@ class UnrollConfig(DataPipeline):
   def make_source(self, agent: "Agent", run: RunConfig, actors: ActorsConfig,
                   replay: Any = None) -> Any:
     from jaxasync.sources.queue import QueueSource
+    lag = self.max_policy_lag
+    if not actors.lockstep and lag is not None and actors.sync_interval > lag:
+      # Actors get new params only every sync_interval SGD steps, so every unroll would be
+      # stale before the next ones arrive: the learner would stop at a few SGD steps while
+      # the actors' unrolls are all dropped.
+      raise ConfigError(
+          f"sync_interval={actors.sync_interval} SGD steps between param publications is more "
+          f"than max_policy_lag={lag}, so every unroll would go stale before the actors get "
+          "new params: set sync_interval to 1 (on-policy learning wants the freshest params) "
+          "or raise max_policy_lag.")
     # Room for two update calls: one being learnt from, the next arriving. More would only
     # hold older data (on-policy learning wants the freshest) and hide back-pressure.
     k, batch = run.updates_per_call, agent.batch_size

@@ -213,3 +213,35 @@ def test_pqn_learns_cartpole_in_sync(tmp_path):
   summary = json.loads((logdir / "summary.json").read_text())
   evals = [round(e["eval_reward"]) for e in summary["evals"]]
   assert summary["best_eval_reward"] >= 475, evals
+
+
+def test_publishing_less_often_than_the_lag_bound_is_refused_before_the_run():
+  # Params published every 50 SGD steps with unrolls dropped beyond a lag of 4: every unroll
+  # goes stale before the actors see new params, and the learner stops after a few steps.
+  data = ja.UnrollConfig(unroll_length=8, max_policy_lag=4)
+  agent = types.SimpleNamespace(batch_size=1)
+  with pytest.raises(ja.ConfigError, match="sync_interval=50 .* max_policy_lag=4"):
+    data.make_source(agent, ja.RunConfig(), ja.ActorsConfig(mode="process", sync_interval=50))
+  source = data.make_source(agent, ja.RunConfig(), ja.ActorsConfig(mode="process",
+                                                                  sync_interval=4))
+  assert source.max_policy_lag == 4
+  # The lock-step actor acts on the params of the last update call, whatever sync_interval.
+  data.make_source(agent, ja.RunConfig(), ja.ActorsConfig(mode="sync"))
+
+
+def test_the_preset_run_by_a_process_actor_learns_from_every_unroll(tmp_path):
+  # The preset's actors (a queue of one unroll, params after every iteration) keep every
+  # unroll within max_policy_lag: the run makes the iterations its env steps pay for, none
+  # dropped (with the class's queue of 4 and params every 50 SGD steps it stopped at 5).
+  logdir = tmp_path / "run"
+  out = subprocess.run([sys.executable, "experiments/pqn.py", "--mode", "process",
+                        "--no-progress", "--max-env-steps", "20480", "--eval-interval", "20",
+                        "--eval-episodes", "2", "--logdir", str(logdir)],
+                       capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0, out.stderr[-2000:]
+  summary = json.loads((logdir / "summary.json").read_text())
+  assert summary["mode"] == "async-process"
+  assert summary["dropped_stale"] == 0
+  # 40 iterations' env steps (8 envs x 64 steps each); the unrolls in flight when the actor
+  # reaches the env-step limit are not learnt from.
+  assert 20480 // 512 - 2 <= summary["opt_steps"] <= 20480 // 512

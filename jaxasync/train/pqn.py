@@ -35,11 +35,15 @@ def cartpole_agent() -> ja.PQNConfig:
 
 
 def cartpole_actors() -> ja.ActorsConfig:
-  # Lock-step by default: on fresh seeds 200-209 the lock-step runs all held 500 to the end,
-  # while with the process actor (which ran ahead: a lag of 1-4 iterations and a fifth of the
-  # unrolls dropped as stale) 3 of 10 fell after 400k env steps (docs/bench_learning_results.md).
-  # --mode process for the asynchronous run.
-  return ja.ActorsConfig(mode="sync", num_envs=8)
+  # Lock-step by default; --mode process for the asynchronous run, which takes the rest:
+  # params published after every iteration (an unroll older than max_policy_lag is dropped,
+  # so publishing every 50 SGD steps, the class default, starved the learner), and a queue
+  # of one unroll, so that the unrolls in flight (one in the queue, two calls' worth at the
+  # learner, one being collected) stay within max_policy_lag: with the default queue of 4 the
+  # actor ran ahead, a sixth of the unrolls were dropped as stale, and the learning rate,
+  # annealed over the iterations 500k env steps pay for, never reached 0
+  # (docs/bench_learning_results.md).
+  return ja.ActorsConfig(mode="sync", num_envs=8, sync_interval=1, pin_cpus=True, queue_size=1)
 
 
 def cartpole_run() -> ja.RunConfig:
@@ -86,7 +90,8 @@ def minatar_preset() -> Args:
   run = ja.RunConfig(max_opts=1_000_000, max_env_steps=10_000_000, updates_per_call=1,
                      eval_interval=50, record_interval=10, save_interval=250)
   return Args(preset="minatar", env_id="MinAtar/Breakout-v1", agent=agent, run=run,
-              actors=ja.ActorsConfig(mode="auto", num_envs=128, sync_interval=1, pin_cpus=True))
+              actors=ja.ActorsConfig(mode="auto", num_envs=128, sync_interval=1, pin_cpus=True,
+                                     queue_size=1))
 
 
 PRESETS = {"cartpole": Args, "minatar": minatar_preset}
