@@ -77,6 +77,21 @@ class RunArgs:
   # vector env, by a thread of its own (the learner does not wait).
   capture_video: int = 0
   """record one evaluation episode to <logdir>/videos every N evaluations and of the final params (GIF; MP4 with the video extra); 0: none."""
+  # A run's <logdir>/config.json (or that directory): its settings become the defaults of
+  # every flag, so a flag given beside it overrides the file (parse_args); where the run went
+  # and how it was started are not taken (NOT_RERUN): the rerun is a run of its own.
+  config: str | None = None
+  """rerun the run saved in this config.json (or run directory) in a new logdir; flags given override its settings."""
+  # What is then bit-reproducible, and what is not: README, Reproducibility.
+  deterministic: bool = False
+  """lock-step actors (--mode sync) and XLA's deterministic GPU ops: the same flags and seed give the same run."""
+  # Scalars mirrored as TensorBoard gets them, the flags as the W&B config (jaxasync.tracking).
+  track: bool = False
+  """log the scalars, the config and the videos to Weights & Biases too (pip install 'jaxasync[wandb]')."""
+  wandb_project: str = "jaxasync"
+  """the W&B project of --track."""
+  wandb_entity: str | None = None
+  """the W&B team or user of --track; None: your default entity."""
   run: Annotated[ja.RunConfig, Flat] = dataclasses.field(
       default_factory=lambda: ja.RunConfig(save_interval=10_000))
   # One actor process beside the learner on >= 2 cores ('auto'), params published every 10 SGD
@@ -214,9 +229,15 @@ RESUME_SAFE = ("run.max_opts", "run.max_env_steps", "run.duration", "run.target_
                "run.eval_interval", "run.eval_episodes", "run.record_interval",
                "run.save_interval", "run.logdir", "run.keep_checkpoints", "run.save_replay",
                "run.stall_warning", "run.stall_timeout", "run.learner_devices", "actors",
-               "capture_video")
+               "capture_video", "deterministic", "track", "wandb_project", "wandb_entity")
 # How a run is started or shown, not what it is: never compared.
-NOT_COMPARED = ("resume", "resume_from", "allow_changes", "run.overwrite", "run.progress")
+NOT_COMPARED = ("resume", "resume_from", "allow_changes", "run.overwrite", "run.progress",
+                "config")
+# What a rerun (--config) does not take from the file: how the run was started, where it went
+# (a rerun writes a logdir of its own) and whether it went to W&B (which may not be installed
+# where it reruns).
+NOT_RERUN = ("resume", "resume_from", "allow_changes", "run.overwrite", "config", "run.logdir",
+             "track")
 
 
 def flat_settings(args: Any) -> dict[str, Any]:
@@ -367,15 +388,17 @@ def rebuilt(record: dict) -> Any:
 
 def write_config(logdir: str | os.PathLike, settings: dict, title: str, env: Any,
                  agent_cls: type | None = None, agent_cfg: Any = None,
-                 eval_env: Any = None) -> Path:
+                 eval_env: Any = None, algo: str | None = None) -> Path:
   """Writes ``<logdir>/config.json`` (replacing it whole: a crash leaves the old one or the
-  new one, never half of either): the run's flags, the algorithm, the env's spaces, the
-  package version and, for ``jaxasync.enjoy``, the agent (class and resolved config) and the
-  evaluation env factory."""
+  new one, never half of either): the run's flags, the algorithm (``title``, and ``algo``: the
+  script that reruns it with ``--config``), the env's spaces, the package version and, for
+  ``jaxasync.enjoy``, the agent (class and resolved config) and the evaluation env factory."""
   obs_space, action_space = ja.envs.spaces_of(env)
   record = {"algorithm": title, "jaxasync_version": ja.__version__,
             "observation_space": str(obs_space), "action_space": str(action_space),
             "settings_layout": SETTINGS_LAYOUT, "settings": settings}
+  if algo is not None:
+    record["algo"] = algo
   if agent_cls is not None:
     record["agent"] = {"class": importable(agent_cls), "config": described(agent_cfg)}
   if eval_env is not None and dataclasses.is_dataclass(eval_env):
@@ -516,6 +539,127 @@ def check_resume(args: RunArgs, settings: dict, agent_cfg: Any = None) -> None:
     print(f"resume: applying {'; '.join(applied)}", flush=True)
 
 
+# --- rerunning a saved config (--config) -------------------------------------------------------
+def config_defaults(path: str | os.PathLike, base: RunArgs) -> RunArgs:
+  """``base`` (the script's defaults) with the settings saved in ``path`` (a run's
+  ``config.json``, or its run directory) but those of ``NOT_RERUN``: the defaults a command
+  line with ``--config path`` is parsed over. ``ConfigError`` for a file that is missing, not
+  a jaxasync run's config, or another algorithm's. Settings the file predates keep ``base``'s."""
+  path, record = read_run_config(path)
+  algo = type(base).algo
+  saved_algo = record.get("algo") or _title_algo(record.get("algorithm", ""))
+  if saved_algo and saved_algo != algo:
+    raise ja.ConfigError(f"--config {path} is a {saved_algo} run's config, not {algo}'s; rerun it "
+                         f"with python -m jaxasync.train {saved_algo} --config {path}.")
+  settings = {k: v for k, v in record["settings"].items() if k not in NOT_RERUN}
+  built, used = with_settings(base, settings)
+  if unknown := sorted(set(settings) - used):
+    shown = ", ".join(unknown[:4]) + (", ..." if len(unknown) > 4 else "")
+    raise ja.ConfigError(f"--config {path} has settings that {algo} does not ({shown}): it was "
+                         "saved by another jaxasync version; rerun it with that version, or pass "
+                         "its flags by hand.")
+  return built
+
+
+def read_run_config(path: str | os.PathLike) -> tuple[Path, dict]:
+  """(the file, its record) of a run's ``config.json`` named by itself or by its run
+  directory; ``ConfigError`` naming what is wrong and which file to pass instead."""
+  path = Path(path)
+  if path.is_dir():
+    path = path / CONFIG_FILE
+  fix = f"pass the {CONFIG_FILE} that a jaxasync run wrote in its logdir (or that logdir)"
+  if not path.is_file():
+    raise ja.ConfigError(f"--config {path}: no such file; {fix}.")
+  try:
+    record = json.loads(path.read_text())
+  except (OSError, ValueError) as e:
+    raise ja.ConfigError(f"--config {path} cannot be read as JSON ({e}); {fix}.") from None
+  if (not isinstance(record, dict) or not isinstance(record.get("settings"), dict)
+      or "settings_layout" not in record):
+    raise ja.ConfigError(f"--config {path} is not a jaxasync run's config (no settings and "
+                         f"settings_layout); {fix}.")
+  if record["settings_layout"] not in (2, SETTINGS_LAYOUT):
+    raise ja.ConfigError(f"--config {path} has settings layout {record['settings_layout']}, "
+                         f"which this jaxasync (layout {SETTINGS_LAYOUT}) does not read; rerun it "
+                         "with the version that saved it.")
+  return path, record
+
+
+def _title_algo(title: str) -> str | None:
+  """The script of a config saved before configs named it, from its title ("Rainbow (...),
+  preset cartpole" -> "rainbow": each ``jaxasync.train`` script's title starts with its
+  algorithm's name); None for another script's title."""
+  from jaxasync.train import ALGORITHMS
+  match = re.match(r"\w+", title)
+  return match.group(0).lower() if match and match.group(0).lower() in ALGORITHMS else None
+
+
+def with_settings(obj: Any, settings: dict, prefix: str = "") -> tuple[Any, set[str]]:
+  """(``obj`` with ``settings``, ``flat_settings``' keys, applied to its nested dataclass
+  fields; the keys used). A union field's saved variant name picks its class (the variant's
+  defaults, then its saved fields); JSON lists become tuples again."""
+  changes, used = {}, set()
+  for f in dataclasses.fields(obj):
+    name, value = prefix + f.name, getattr(obj, f.name)
+    if dataclasses.is_dataclass(value):
+      if _is_union(type(obj), f.name) and name in settings:
+        used.add(name)
+        value = _variant(type(obj), f.name, settings[name], value)
+      changes[f.name], below = with_settings(value, settings, name + ".")
+      used |= below
+    elif name in settings:
+      changes[f.name] = _from_json(settings[name])
+      used.add(name)
+  return dataclasses.replace(obj, **changes), used
+
+
+def _variant(cls: type, field: str, saved: str, current: Any) -> Any:
+  """The instance of ``cls.field``'s union variant named ``saved``: ``current`` when it is of
+  that class, else the class's defaults."""
+  if variant_name(type(current)) == saved:
+    return current
+  try:
+    hint = typing.get_type_hints(cls)[field]
+  except (NameError, TypeError):
+    hint = next(f.type for f in dataclasses.fields(cls) if f.name == field)
+  for member in typing.get_args(hint):
+    if dataclasses.is_dataclass(member) and variant_name(member) == saved:
+      return member()
+  raise ja.ConfigError(f"the saved {field} {saved!r} is none of this jaxasync's; rerun the "
+                       "config with the version that saved it.")
+
+
+def _from_json(value: Any) -> Any:
+  return tuple(_from_json(v) for v in value) if isinstance(value, list) else value
+
+
+def parse_args(args_cls: type | None, argv: list[str] | None, description: str | None,
+               presets: dict[str, Callable[[], Any]] | None = None) -> Any:
+  """A script's flags from ``argv`` (default: the command line), parsed over defaults that
+  are, in order: ``args_cls()``, or with ``presets`` the ``--preset`` chosen (the first when
+  absent); with ``--config FILE``, that saved run's settings (``config_defaults``). So any
+  flag given overrides the preset or the file."""
+  argv = sys.argv[1:] if argv is None else argv
+  pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+  pre.add_argument("--config")
+  if presets:
+    pre.add_argument("--preset", choices=sorted(presets))
+  known, _ = pre.parse_known_args(argv)
+  preset = getattr(known, "preset", None)
+  if known.config is None:
+    if not presets:
+      return tyro.cli(args_cls, args=argv, description=description)
+    defaults = presets[preset or next(iter(presets))]()
+  else:
+    if preset is not None:
+      raise ja.ConfigError(f"--preset {preset} and --config {known.config} both set every "
+                           "flag's default; drop --preset (the file's own preset is kept).")
+    saved = read_run_config(known.config)[1]["settings"].get("preset") if presets else None
+    base = presets[saved if saved in presets else next(iter(presets))]() if presets else args_cls()
+    defaults = config_defaults(known.config, base)
+  return tyro.cli(type(defaults), default=defaults, args=argv, description=description)
+
+
 # --- running ----------------------------------------------------------------------------------
 def run(args: RunArgs, title: str, agent_cls: type[ja.Agent], agent_cfg: Any,
         envs: tuple[Any, Any] | None = None) -> dict:
@@ -534,8 +678,66 @@ def run(args: RunArgs, title: str, agent_cls: type[ja.Agent], agent_cfg: Any,
     raise
 
 
+# Where XLA's kernels can differ from one execution to the next: GPU reductions and scatters,
+# which add in whatever order their atomics land. XLA's CPU kernels give the same bits run to
+# run on one machine without a flag (README, Reproducibility).
+DETERMINISTIC_XLA_FLAGS = ("--xla_gpu_deterministic_ops=true",)
+
+
+def deterministic(args: RunArgs) -> RunArgs:
+  """``args`` as ``--deterministic`` runs them: lock-step actors (``--mode sync``; another mode
+  given is refused) and XLA's deterministic ops (``use_deterministic_xla``)."""
+  if not args.deterministic:
+    return args
+  if args.actors.mode not in ("auto", "sync"):
+    raise ja.ConfigError(f"--deterministic runs the actor in lock-step with the learner, and "
+                         f"--mode {args.actors.mode} runs actors beside it, whose timing changes "
+                         "what is learnt; pass --mode sync (or no --mode), or drop "
+                         "--deterministic.")
+  use_deterministic_xla()
+  return dataclasses.replace(args, actors=dataclasses.replace(args.actors, mode="sync"))
+
+
+def use_deterministic_xla(environ: dict | None = None) -> None:
+  """Adds ``DETERMINISTIC_XLA_FLAGS`` to ``XLA_FLAGS``, which XLA reads once, when jax starts
+  its backends. Started already (jax ran in this process before the run), the flags can no
+  longer apply: fine on CPU, whose kernels need none; on an accelerator ``ConfigError``
+  saying to set them before Python starts."""
+  environ = os.environ if environ is None else environ
+  flags = environ.get("XLA_FLAGS", "").split()
+  for wanted in DETERMINISTIC_XLA_FLAGS:
+    name = wanted.split("=")[0]
+    given = [f for f in flags if f.split("=")[0] == name]
+    if given and given != [wanted]:
+      raise ja.ConfigError(f"--deterministic needs XLA_FLAGS {wanted}, and XLA_FLAGS has "
+                           f"{given[-1]}; drop it from XLA_FLAGS.")
+  missing = [w for w in DETERMINISTIC_XLA_FLAGS if w not in flags]
+  if not missing:
+    return
+  from jax._src import xla_bridge
+  if not xla_bridge.backends_are_initialized():
+    environ["XLA_FLAGS"] = " ".join([*flags, *missing])
+    return
+  import jax
+  if any(d.platform != "cpu" for d in jax.devices()):
+    raise ja.ConfigError(f"--deterministic: jax started its {jax.default_backend()} backend "
+                         f"before XLA_FLAGS could get {' '.join(missing)}; start Python with "
+                         f"XLA_FLAGS='{' '.join(missing)}' set.")
+
+
+def hyperparameters_text(settings: dict, flattened: tuple[str, ...]) -> str:
+  """The run's flags as a Markdown table, for TensorBoard's text tab (as CleanRL shows them);
+  a union field's variant as its subcommand names it (``agent.loss`` ``q-learning``)."""
+  def spelt(name: str) -> str:
+    cli = flag(name, flattened)
+    return cli.removeprefix("--") if any(k.startswith(name + ".") for k in settings) else cli
+  rows = [f"|{spelt(name)}|{_shown(value)}|" for name, value in settings.items()]
+  return "\n".join(["|flag|value|", "|-|-|", *rows])
+
+
 def _run(args: RunArgs, title: str, agent_cls: type[ja.Agent], agent_cfg: Any,
          envs: tuple[Any, Any] | None) -> dict:
+  args = deterministic(args)
   env, eval_env = envs if envs is not None else default_envs(args)
   if args.capture_video > 0:  # (recorded from gym.make(env_id, render_mode="rgb_array"))
     if type(eval_env) is not ja.EnvFactory:
@@ -562,20 +764,48 @@ def _run(args: RunArgs, title: str, agent_cls: type[ja.Agent], agent_cfg: Any,
   if args.capture_video < 0:
     raise ja.ConfigError(f"capture_video must be >= 0 evaluations (0: no videos), got "
                          f"{args.capture_video}.")
+  if args.track:
+    from jaxasync import tracking
+    tracking.import_wandb()  # (not installed: one line naming the extra, before the logdir)
   settings = flat_settings(args)
   save_config = lambda: write_config(args.logdir, settings, title, env, agent_cls, agent_cfg,
-                                     eval_env)
+                                     eval_env, type(args).algo)
   if resume:
     check_resume(args, settings, agent_cfg)
     Path(args.logdir).mkdir(parents=True, exist_ok=True)  # (--resume-from into a new logdir)
   else:
     ja.claim_run_dir(args.logdir, run_config.overwrite)  # before the recorder writes its event file
     save_config()
+  tensorboard = ja.TensorboardRecorder(args.logdir)
+  tensorboard.text("hyperparameters", hyperparameters_text(settings, type(args).flattened))
+  tracked = None
+  if args.track:
+    tracked = tracking.start(args.logdir, {"algorithm": title, "algo": type(args).algo,
+                                           **settings}, args.wandb_project, args.wandb_entity)
   recorder = ja.MultiRecorder(
-      ja.TensorboardRecorder(args.logdir),
+      tensorboard,
       ja.ConsoleRecorder(("env_steps", "opt_steps", "samples_per_sec", "opt_steps_per_sec",
                           "loss", "eval_reward")) if not run_config.progress
-      else ja.NullRecorder())
+      else ja.NullRecorder(),
+      *([tracked] if tracked is not None else []))
+  try:
+    summary = _train(args, title, agent, agent_factory, env, eval_env, recorder, tracked,
+                     save_config)
+  except BaseException:
+    if tracked is not None:
+      tracked.finish(failed=True)
+    raise
+  if tracked is not None:
+    tracked.finish()  # (offline, wandb prints the command that uploads it)
+  return summary
+
+
+def _train(args: RunArgs, title: str, agent: ja.Agent, agent_factory: Callable[[], ja.Agent],
+           env: Any, eval_env: Any, recorder: ja.MultiRecorder, tracked: Any,
+           save_config: Callable[[], Path]) -> dict:
+  """Trains ``agent`` with the checked ``args``, records and saves; returns the summary."""
+  run_config, actors = args.run, args.actors
+  resume = args.resume_from or args.resume
   hooks, videos = [], None
   if args.capture_video > 0:
     from jaxasync.video import VideoHook
@@ -606,6 +836,8 @@ def _run(args: RunArgs, title: str, agent_cls: type[ja.Agent], agent_cfg: Any,
       videos.close()  # (waits for the videos in flight; raises what one of them met)
     if videos is not None:
       print(f"videos: {', '.join(str(p) for p in videos.written)}", flush=True)
+      if tracked is not None:
+        tracked.videos(videos.written)
   except ja.ConfigError:  # nothing trained (no checkpoint could be resumed): the saved
     raise                 # config still describes the checkpoints
   except BaseException:
@@ -635,11 +867,7 @@ def parse_with_presets(presets: dict[str, Callable[[], Any]], argv: list[str] | 
   ``--preset`` first (the first of ``presets`` when absent), then parses all of ``argv``
   (default: the command line) with that preset's ``Args`` as the defaults, so any flag given
   overrides its preset."""
-  pre = argparse.ArgumentParser(add_help=False)
-  pre.add_argument("--preset", choices=sorted(presets), default=next(iter(presets)))
-  known, _ = pre.parse_known_args(sys.argv[1:] if argv is None else argv)
-  defaults = presets[known.preset]()
-  return tyro.cli(type(defaults), default=defaults, args=argv, description=description)
+  return parse_args(None, argv, description, presets)
 
 
 def run_cli(main: Callable[[], Any]) -> None:

@@ -58,6 +58,11 @@ class TensorboardRecorder:
       for name, value in values.items():
         self._writer.add_scalar(name, float(value), step)
 
+  def text(self, tag: str, text: str, step: int = 0) -> None:
+    """Markdown ``text`` in TensorBoard's text tab (a run's hyperparameters)."""
+    with self._lock:
+      self._writer.add_text(tag, text, step)
+
   def close(self) -> None:
     with self._lock:
       self._writer.flush()

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Annotated, ClassVar
-import tyro
 
 import jaxasync as ja
 from jaxasync import experiment
@@ -58,4 +57,4 @@ def main(args: Args) -> dict:
 def cli(argv: list[str] | None = None) -> None:
   """``python -m jaxasync.train sac [flags]``: parses ``argv`` (default: the command line)
   and runs, with one ``error:`` line for bad input or a failed run."""
-  experiment.run_cli(lambda: main(tyro.cli(Args, args=argv, description=__doc__)))
+  experiment.run_cli(lambda: main(experiment.parse_args(Args, argv, __doc__)))
