@@ -387,16 +387,22 @@ def param_names(settings: dict) -> list[str]:
 
 
 def best_record(optuna, study, settings: dict) -> dict | None:
-  """best.json's content: the best completed trial's values, objective, runs and command."""
+  """best.json's content: the best completed trial's values, objective, runs, command and
+  the config.json that reruns it (``--config``)."""
   done = [t for t in study.get_trials(deepcopy=False)
           if t.state == optuna.trial.TrialState.COMPLETE]
   if not done:
     return None
   best = study.best_trial
   command = row_command(settings, best.params)
+  # The first seed's run of the best trial saved every setting it ran with: the experiment
+  # reruns it from that file (--config), with --seed S for another seed.
+  config = Path(best.user_attrs["runs"][0]["logdir"]) / "config.json"
+  rerun = [*command[:2], "--config", str(config)] if config.is_file() else None
   return {"study": study.study_name, "trial": best.number, "metric": settings["metric"],
           "objective": best.value, "params": best.params, "seeds": settings["seeds"],
           "command": shlex.join(command), "argv": command,
+          "config": str(config) if rerun else None, "rerun": shlex.join(rerun) if rerun else None,
           "runs": [{"seed": r["seed"], settings["metric"]: r[settings["metric"]],
                     "command": shlex.join(r["command"])} for r in best.user_attrs["runs"]],
           "settings": settings}
@@ -422,6 +428,9 @@ def report(optuna, study, study_path: Path) -> str:
     lines += ["", f"Best: trial {best['trial']}, {metric} {bl.fmt_return(best['objective'])} "
               f"(mean over seeds {bl.format_seeds(seeds)}); add --seed S:",
               "", f"    {best['command']}"]
+    if best["rerun"]:
+      lines += ["", "or from the saved config of its first seed's run (flags given override it):",
+                "", f"    {best['rerun']} --seed S"]
   md = "\n".join(lines) + "\n"
   out = sweep_dir(study_path)
   out.mkdir(parents=True, exist_ok=True)

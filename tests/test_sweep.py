@@ -366,3 +366,7 @@ def test_dqn_sweep_killed_and_resumed(tmp_path):
     assert t.value == pytest.approx(held_by_hand(summary))
   best = json.loads((study.with_suffix("") / "best.json").read_text())
   assert best["command"].startswith("python experiments/dqn.py --mode sync --agent.learning-rate ")
+  # The best trial's saved config reruns it: it holds the learning rate the trial drew.
+  saved = json.loads(Path(best["config"]).read_text())["settings"]
+  assert saved["agent.learning_rate"] == pytest.approx(best["params"]["agent.learning-rate"])
+  assert best["rerun"] == f"python experiments/dqn.py --config {best['config']}"
