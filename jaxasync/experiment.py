@@ -789,8 +789,8 @@ def _run(args: RunArgs, title: str, agent_cls: type[ja.Agent], agent_cfg: Any,
       else ja.NullRecorder(),
       *([tracked] if tracked is not None else []))
   try:
-    summary = _train(args, title, agent, agent_factory, env, eval_env, recorder, tracked,
-                     save_config)
+    summary = _train(args, title, agent, agent_factory, env, eval_env, recorder, tensorboard,
+                     tracked, save_config)
   except BaseException:
     if tracked is not None:
       tracked.finish(failed=True)
@@ -801,7 +801,8 @@ def _run(args: RunArgs, title: str, agent_cls: type[ja.Agent], agent_cfg: Any,
 
 
 def _train(args: RunArgs, title: str, agent: ja.Agent, agent_factory: Callable[[], ja.Agent],
-           env: Any, eval_env: Any, recorder: ja.MultiRecorder, tracked: Any,
+           env: Any, eval_env: Any, recorder: ja.MultiRecorder,
+           tensorboard: ja.TensorboardRecorder, tracked: Any,
            save_config: Callable[[], Path]) -> dict:
   """Trains ``agent`` with the checked ``args``, records and saves; returns the summary."""
   run_config, actors = args.run, args.actors
@@ -810,7 +811,7 @@ def _train(args: RunArgs, title: str, agent: ja.Agent, agent_factory: Callable[[
   if args.capture_video > 0:
     from jaxasync.video import VideoHook
     videos = VideoHook(agent, eval_env.env_id, Path(args.logdir) / "videos",
-                       seed=run_config.seed + 10_000)
+                       seed=run_config.seed + 10_000, tensorboard=tensorboard)
     if run_config.eval_interval > 0:  # (without evaluations: the final params only)
       hooks.append(ja.Hook(run_config.eval_interval * args.capture_video, videos, "video"))
   try:
@@ -833,7 +834,10 @@ def _train(args: RunArgs, title: str, agent: ja.Agent, agent_factory: Callable[[
     if videos is not None:
       if not trainer.ledger.interrupted:  # the final params too, as the final evaluation
         videos.submit(trainer.learner.policy_params(), trainer.learner.opt_steps)
-      videos.close()  # (waits for the videos in flight; raises what one of them met)
+      try:
+        videos.close()  # (waits for the videos in flight; raises what one of them met)
+      finally:
+        tensorboard.close()  # (the trainer closed it; the final video reopened it)
     if videos is not None:
       print(f"videos: {', '.join(str(p) for p in videos.written)}", flush=True)
       if tracked is not None:

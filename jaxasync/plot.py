@@ -26,7 +26,7 @@ import json
 import re
 import struct
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -69,11 +69,11 @@ def median_curve(curves: Sequence[Curve], grid: Sequence[float]) -> np.ndarray:
 
 
 # --- reading runs -------------------------------------------------------------------------------
-def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float, float]]]:
-  """``{tag: [(step, wall_time, value), ...]}`` from every TensorBoard event file in
-  ``run_dir`` (a resumed run has several), sorted by wall time."""
+def read_events(run_dir: str | Path) -> Iterator[Any]:
+  """Every event (tensorboardX's ``Event`` protobuf) of every TensorBoard event file in
+  ``run_dir`` (a resumed run has several), file by file; a record cut short (a run killed
+  mid-write) ends its file."""
   from tensorboardX.proto import event_pb2
-  out: dict[str, list[tuple[int, float, float]]] = {}
   for path in sorted(Path(run_dir).glob("events.out.tfevents.*")):
     data = path.read_bytes()
     pos = 0
@@ -81,12 +81,19 @@ def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float, float]
       (length,) = struct.unpack("<Q", data[pos:pos + 8])
       start, end = pos + 12, pos + 12 + length
       if end + 4 > len(data):
-        break  # a record cut short (the run was killed mid-write)
-      event = event_pb2.Event.FromString(data[start:end])
-      for value in event.summary.value:
-        if value.HasField("simple_value"):
-          out.setdefault(value.tag, []).append((event.step, event.wall_time, value.simple_value))
+        break
+      yield event_pb2.Event.FromString(data[start:end])
       pos = end + 4
+
+
+def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float, float]]]:
+  """``{tag: [(step, wall_time, value), ...]}`` from every TensorBoard event file in
+  ``run_dir``, sorted by wall time."""
+  out: dict[str, list[tuple[int, float, float]]] = {}
+  for event in read_events(run_dir):
+    for value in event.summary.value:
+      if value.HasField("simple_value"):
+        out.setdefault(value.tag, []).append((event.step, event.wall_time, value.simple_value))
   for rows in out.values():
     rows.sort(key=lambda r: r[1])
   return out

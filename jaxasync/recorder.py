@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 import sys
 import threading
-from typing import Mapping, Protocol, TextIO
+from typing import Mapping, Protocol, Sequence, TextIO
+
+import numpy as np
 
 
 class Recorder(Protocol):
@@ -62,6 +64,20 @@ class TensorboardRecorder:
     """Markdown ``text`` in TensorBoard's text tab (a run's hyperparameters)."""
     with self._lock:
       self._writer.add_text(tag, text, step)
+
+  def video(self, tag: str, frames: Sequence[np.ndarray], step: int, fps: int) -> None:
+    """An episode's ``frames`` (``[H, W, 3]`` uint8) as an animated GIF under ``tag`` in
+    TensorBoard's Images tab: tensorboardX's ``add_video`` needs moviepy to encode, and
+    TensorBoard shows a GIF-encoded image summary as the animation it is."""
+    from tensorboardX.proto.summary_pb2 import Summary
+
+    from jaxasync.video import gif_bytes
+    height, width = frames[0].shape[:2]
+    image = Summary.Image(height=height, width=width, colorspace=3,
+                          encoded_image_string=gif_bytes(list(frames), fps))
+    with self._lock:
+      self._writer._get_file_writer().add_summary(
+          Summary(value=[Summary.Value(tag=tag, image=image)]), step)
 
   def close(self) -> None:
     with self._lock:

@@ -88,6 +88,18 @@ def record_episodes(agent: Agent, params: Any, env_id: str, episodes: int, seed:
   return frames, returns
 
 
+def gif_bytes(frames: list[np.ndarray], fps: int) -> bytes:
+  """``frames`` (``[H, W, 3]`` uint8) as an animated GIF, looping (Pillow)."""
+  import io
+
+  from PIL import Image
+  images = [Image.fromarray(f) for f in frames]
+  out = io.BytesIO()
+  images[0].save(out, format="GIF", save_all=True, append_images=images[1:], loop=0,
+                 duration=max(1, round(1000 / fps)))
+  return out.getvalue()
+
+
 def write_video(path: str | os.PathLike, frames: list[np.ndarray], fps: int) -> Path:
   """Writes ``frames`` (``[H, W, 3]`` uint8) as a GIF (Pillow) or MP4 (imageio + ffmpeg),
   into a temporary file renamed into place when whole."""
@@ -98,10 +110,7 @@ def write_video(path: str | os.PathLike, frames: list[np.ndarray], fps: int) -> 
   tmp = path.with_name(f".{path.name}.tmp{suffix}")
   try:
     if suffix == ".gif":
-      from PIL import Image
-      images = [Image.fromarray(f) for f in frames]
-      images[0].save(tmp, save_all=True, append_images=images[1:], loop=0,
-                     duration=max(1, round(1000 / fps)))
+      tmp.write_bytes(gif_bytes(frames, fps))
     else:
       import imageio.v2 as imageio
       imageio.mimsave(tmp, frames, fps=fps)
@@ -127,11 +136,14 @@ class VideoHook:
     directory: where the videos go (created).
     fps: frames per second.
     seed: the recorded episodes' reset seed (the same start for every video of a run).
+    tensorboard: a ``TensorboardRecorder`` that also gets each video (``video``); None: files
+      only.
   """
 
   def __init__(self, agent: Agent, env_id: str, directory: str | os.PathLike, fps: int = 30,
-               seed: int = 0):
+               seed: int = 0, tensorboard: Any = None):
     self.agent, self.env_id, self.fps, self.seed = agent, env_id, fps, seed
+    self.tensorboard = tensorboard
     self.directory = Path(directory)
     self.directory.mkdir(parents=True, exist_ok=True)
     self.suffix = video_suffix()
@@ -158,6 +170,8 @@ class VideoHook:
         frames, _ = record_episodes(self.agent, params, self.env_id, 1, self.seed)
         self.written.append(write_video(self.directory / f"{opt_steps}{self.suffix}", frames,
                                         self.fps))
+        if self.tensorboard is not None:
+          self.tensorboard.video("eval/video", frames, opt_steps, self.fps)
       except Exception as e:  # kept for close(); the run goes on
         logger.warning(f"the video of SGD step {job[1]} could not be recorded "
                        f"({type(e).__name__}: {e})")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
-import struct
 from pathlib import Path
 
 import flax.serialization
@@ -17,6 +16,7 @@ import pytest
 
 import jaxasync as ja
 from jaxasync import experiment
+from jaxasync.plot import read_events
 from jaxasync.train import ALGORITHMS
 
 from jaxasync.train import dqn  # (its cli calls its main: _parsed replaces that one)
@@ -184,18 +184,9 @@ def test_a_config_that_cannot_be_rerun_is_one_error_line(tmp_path, capsys):
 
 def _texts(logdir: Path) -> dict[str, str]:
   """``{tag: text}`` of the text summaries in a run's TensorBoard event files."""
-  from tensorboardX.proto import event_pb2
-  out = {}
-  for path in logdir.glob("events.out.tfevents.*"):
-    data, pos = path.read_bytes(), 0
-    while pos + 12 <= len(data):  # TFRecord: length u64, crc u32, payload, crc u32
-      (length,) = struct.unpack("<Q", data[pos:pos + 8])
-      event = event_pb2.Event.FromString(data[pos + 12:pos + 12 + length])
-      for value in event.summary.value:
-        if value.tensor.string_val:
-          out[value.tag] = value.tensor.string_val[0].decode()
-      pos += 12 + length + 4
-  return out
+  return {value.tag: value.tensor.string_val[0].decode()
+          for event in read_events(logdir) for value in event.summary.value
+          if value.tensor.string_val}
 
 
 def test_the_flags_are_in_tensorboards_text_tab(tmp_path):

@@ -1,6 +1,8 @@
 """--capture-video: episodes of the current params recorded beside the run, in a thread of their
 own, and a refusal in one line for envs that do not render RGB frames."""
 
+import io
+
 import jax
 import pytest
 import tyro
@@ -8,6 +10,7 @@ from PIL import Image
 
 import jaxasync as ja
 from jaxasync import experiment, video
+from jaxasync.plot import read_events
 
 import dqn  # experiments/dqn.py (experiments/ is on pytest's pythonpath)
 
@@ -29,6 +32,14 @@ def test_videos_of_every_second_evaluation_and_of_the_final_params(tmp_path):
       frames = gif.n_frames
       size = gif.size
     assert frames >= 9 and size == (600, 400)  # CartPole's 600x400 frames, one per step + reset
+  # TensorBoard got the same videos, as animated GIFs in its Images tab, at their SGD steps.
+  images = [(event.step, value.image) for event in read_events(tmp_path / "run")
+            for value in event.summary.value if value.tag == "eval/video"]
+  assert [step for step, _ in images] == [200, 300]
+  with Image.open(io.BytesIO(images[-1][1].encoded_image_string)) as gif:
+    assert gif.size == (600, 400) == (images[-1][1].width, images[-1][1].height)
+    if video.video_suffix() == ".gif":
+      assert gif.n_frames == frames
 
 
 def test_without_evaluations_the_final_params_are_recorded(tmp_path):
