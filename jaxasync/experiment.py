@@ -391,12 +391,14 @@ def write_config(logdir: str | os.PathLike, settings: dict, title: str, env: Any
                  eval_env: Any = None, algo: str | None = None) -> Path:
   """Writes ``<logdir>/config.json`` (replacing it whole: a crash leaves the old one or the
   new one, never half of either): the run's flags, the algorithm (``title``, and ``algo``: the
-  script that reruns it with ``--config``), the env's spaces, the package version and, for
-  ``jaxasync.enjoy``, the agent (class and resolved config) and the evaluation env factory."""
+  script that reruns it with ``--config``), the env's spaces, the package version, what ran it
+  (``provenance``) and, for ``jaxasync.enjoy``, the agent (class and resolved config) and the
+  evaluation env factory."""
   obs_space, action_space = ja.envs.spaces_of(env)
   record = {"algorithm": title, "jaxasync_version": ja.__version__,
             "observation_space": str(obs_space), "action_space": str(action_space),
-            "settings_layout": SETTINGS_LAYOUT, "settings": settings}
+            "settings_layout": SETTINGS_LAYOUT, "settings": settings,
+            "provenance": provenance()}
   if algo is not None:
     record["algo"] = algo
   if agent_cls is not None:
@@ -408,6 +410,39 @@ def write_config(logdir: str | os.PathLike, settings: dict, title: str, env: Any
   tmp.write_text(json.dumps(record, indent=1, default=str) + "\n")
   os.replace(tmp, path)
   return path
+
+
+PROVENANCE_PACKAGES = ("jax", "jaxlib", "flax", "optax", "numpy", "gymnasium")
+
+
+def provenance() -> dict:
+  """What a run ran on, for telling two runs' results apart (README, Reproducibility): the
+  Python and package versions, jax's devices and the jaxasync source's git commit (None
+  outside a git checkout; ``git_dirty``: uncommitted changes to tracked files)."""
+  import importlib.metadata
+  import platform
+  import subprocess
+
+  import jax
+  versions = {"python": platform.python_version()}
+  for name in PROVENANCE_PACKAGES:
+    try:
+      versions[name] = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+      versions[name] = None
+  source = Path(ja.__file__).resolve().parent.parent
+  commit = dirty = None
+  try:
+    git = lambda *a: subprocess.run(["git", "-C", str(source), *a], capture_output=True,
+                                     text=True, timeout=10)
+    out = git("rev-parse", "HEAD")
+    if out.returncode == 0:
+      commit = out.stdout.strip()
+      dirty = bool(git("status", "--porcelain", "--untracked-files=no").stdout.strip())
+  except (OSError, subprocess.TimeoutExpired):  # (no git on this machine)
+    pass
+  return {"versions": versions, "devices": [str(d) for d in jax.devices()],
+          "machine": platform.machine(), "git_commit": commit, "git_dirty": dirty}
 
 
 def saved_config(args: RunArgs) -> tuple[Path, dict] | None:

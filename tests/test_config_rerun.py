@@ -195,3 +195,18 @@ def test_the_flags_are_in_tensorboards_text_tab(tmp_path):
   assert text.startswith("|flag|value|\n|-|-|\n")
   assert "|--max-opts|20|" in text and "|--agent.hidden-sizes|16|" in text
   assert "|agent.loss|q-learning|" in text  # (a subcommand)
+
+
+def test_the_config_records_what_ran_it(tmp_path):
+  import subprocess
+  import jax
+  record = json.loads(_saved(dqn, tmp_path, dqn.Args()).read_text())["provenance"]
+  assert record["versions"]["jax"] == jax.__version__
+  assert record["devices"] == [str(d) for d in jax.devices()]
+  head = subprocess.run(["git", "-C", str(Path(ja.__file__).parent), "rev-parse", "HEAD"],
+                        capture_output=True, text=True)
+  if head.returncode == 0:  # (a git checkout, as in CI's clone)
+    assert record["git_commit"] == head.stdout.strip()
+    assert isinstance(record["git_dirty"], bool)
+  else:
+    assert record["git_commit"] is None
