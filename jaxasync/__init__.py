@@ -26,15 +26,14 @@ from jaxasync.learner import Learner
 from jaxasync.ledger import RunLedger
 from jaxasync.loop import ActorFeed, LearnerLoop, LockstepFeed
 from jaxasync.sources import QueueSource, ReplaySource, Sample, RateLimiter, UpdateCredit
-from jaxasync.collectors import UnrollCollector, Unroll
+from jaxasync.collectors import FrameStepProcessor, StepProcessor, UnrollCollector, Unroll
 from jaxasync.minatar import MinAtarEnvFactory
 from jaxasync.param_store import SharedParamStore, ThreadParamStore
 from jaxasync.recorder import (ConsoleRecorder, MemoryRecorder, MultiRecorder, NullRecorder,
                                Recorder, TensorboardRecorder)
 from jaxasync.replay import PrioritizedReplayBuffer, ReplayBuffer, SumTree, linear_beta
-from jaxasync.replay.frames import FrameReplayBuffer, FrameStepProcessor, PrioritizedFrameReplayBuffer
+from jaxasync.replay.frames import FrameReplayBuffer, PrioritizedFrameReplayBuffer
 from jaxasync.sharding import DataParallel, constrain_to_batch_shards, learner_devices
-from jaxasync.step_processor import StepProcessor
 from jaxasync.trainer import Trainer
 from jaxasync.transport import Chunk, ChunkQueue
 from jaxasync.types import ModelInfo, Transition

@@ -19,8 +19,8 @@ import jax
 import numpy as np
 
 from jaxasync.agent import ActorContext
+from jaxasync.collectors.nstep import StepProcessor
 from jaxasync.param_store import to_cpu
-from jaxasync.step_processor import StepProcessor
 from jaxasync.transport import Chunk
 from jaxasync.types import Transition
 

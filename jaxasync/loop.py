@@ -155,7 +155,12 @@ class LockstepFeed:
     """Continues from ``resume_state``'s output; returns whether there was one."""
     if state is None:
       return False
-    state = pickle.loads(state)  # (this run's own checkpoint)
+    try:
+      state = pickle.loads(state)  # (this run's own checkpoint)
+    except (ImportError, AttributeError, TypeError, pickle.UnpicklingError):
+      # Saved by another jaxasync version, whose collector classes lived elsewhere or held
+      # other fields: the episodes in progress are not continued (restore lists them).
+      return False
     a = self.actor
     a.env.close()
     a.env, a.collector, a.rng = state["env"], state["collector"], state["rng"]

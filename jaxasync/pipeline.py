@@ -158,8 +158,8 @@ class ReplayConfig(DataPipeline):
     return ReplayBuffer(example, self.replay_capacity, seed)
 
   def collector_factory(self, agent: "Agent", replay: Any = None) -> CollectorFactory:
-    from jaxasync.replay.frames import FrameReplayBuffer, FrameStepProcessor
-    from jaxasync.step_processor import StepProcessor
+    from jaxasync.collectors import FrameStepProcessor, StepProcessor
+    from jaxasync.replay.frames import FrameReplayBuffer
     settings = dict(n_step=self.n_step, gamma=self.gamma, reward_clip=self.reward_clip)
     if replay is not None and isinstance(replay, FrameReplayBuffer) != self.frames:
       raise ConfigError(f"the replay given ({type(replay).__name__}) does not match "

@@ -22,7 +22,8 @@ import numpy as np
 import tyro
 
 from jaxasync.checkpoint import read_tree_dir, write_tree_dir
-from jaxasync.replay.frames import FrameReplayBuffer, FrameStepProcessor
+from jaxasync.collectors.frames import FrameStepProcessor
+from jaxasync.replay.frames import FrameReplayBuffer
 from jaxasync.types import Transition
 
 

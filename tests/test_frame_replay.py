@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode
 
+from jaxasync.collectors.frames import PAD, STEP, FrameRecords, FrameStepProcessor
+from jaxasync.collectors.nstep import StepProcessor
 from jaxasync.replay import ReplayBuffer
-from jaxasync.replay.frames import (PAD, STEP, FrameRecords, FrameReplayBuffer, FrameStepProcessor,
-                                    PrioritizedFrameReplayBuffer)
-from jaxasync.step_processor import StepProcessor
+from jaxasync.replay.frames import FrameReplayBuffer, PrioritizedFrameReplayBuffer
 from jaxasync.types import Transition, transition_example
 
 GAMMA = 0.9

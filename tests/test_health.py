@@ -17,12 +17,12 @@ import pytest
 import jaxasync as ja
 from jaxasync import plot
 from jaxasync.agents.dqn import greedy_q_metrics
+from jaxasync.collectors.frames import FrameStepProcessor
 from jaxasync.ledger import (OVERESTIMATION_RECORDS, RunLedger, over_bound,
                              overestimation_margin)
 from jaxasync.recorder import NullRecorder
 from jaxasync.replay import PrioritizedReplayBuffer, ReplayBuffer
-from jaxasync.replay.frames import (FrameReplayBuffer, FrameStepProcessor,
-                                    PrioritizedFrameReplayBuffer)
+from jaxasync.replay.frames import FrameReplayBuffer, PrioritizedFrameReplayBuffer
 from jaxasync.sources.replay import (ReplaySource, return_bound, segment_values,
                                      terminal_fraction)
 from helpers import BOX4, random_batch

@@ -194,3 +194,25 @@ def test_async_run_killed_three_times_resumes_and_solves(tmp_path):
   # and can finish after the step-1000 checkpoint was written: then the step-2000 checkpoint is
   # the first to hold it, and a kill before that loses it.)
   assert min(e["opt_steps"] for e in summary["evals"]) <= 2000, summary["evals"][:3]
+
+
+def test_a_lockstep_actor_state_saved_by_another_version_starts_fresh_episodes():
+  # A checkpoint of the version before the collectors moved pickles its collector as
+  # jaxasync.step_processor.StepProcessor: that actor state is not continued (restore lists
+  # the episodes in progress as not restored) rather than ending the resume.
+  import pickle
+  import types
+  old = types.ModuleType("jaxasync_gone_module")
+  class StepProcessor:  # noqa: the old class, by its old module path
+    pass
+  StepProcessor.__module__ = old.__name__
+  StepProcessor.__qualname__ = "StepProcessor"
+  old.StepProcessor = StepProcessor
+  sys.modules[old.__name__] = old
+  try:
+    saved = pickle.dumps({"collector": StepProcessor()})
+  finally:
+    del sys.modules[old.__name__]
+  feed = ja.LockstepFeed.__new__(ja.LockstepFeed)  # (the state is read before the actor is used)
+  assert feed.load_resume_state(saved) is False
+  assert feed.load_resume_state(None) is False

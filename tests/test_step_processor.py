@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import jaxasync
-from jaxasync.step_processor import StepProcessor
+from jaxasync.collectors.nstep import StepProcessor
 
 GAMMA = 0.5
 

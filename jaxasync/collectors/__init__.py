@@ -1,9 +1,12 @@
 """Collectors: what turns an actor's vector-env steps into the items a data source holds.
 
-* n-step transitions: ``jaxasync.step_processor.StepProcessor``;
-* frames stored once (Atari): ``jaxasync.replay.frames.FrameStepProcessor``, the pair of the
-  frame replay;
-* unrolls ``[T+1, B]`` for on-policy agents: ``UnrollCollector``.
+* ``nstep.py``: n-step transitions, ``StepProcessor``;
+* ``frames.py``: frames stored once (Atari), ``FrameStepProcessor``'s ``FrameRecords``, the
+  pair of the frame replay (``jaxasync.replay.frames``);
+* ``unrolls.py``: unrolls ``[T+1, B]`` for on-policy agents, ``UnrollCollector``;
+* ``returns.py``: ``n_step_returns``, the one n-step return computation (the n-step
+  collector's and the frame replay's);
+* ``base.py``: ``CollectorBase``, the episode bookkeeping every collector shares.
 
 An agent's data pipeline (``jaxasync.pipeline``) picks one; every one keeps ``Collector``.
 """
@@ -14,6 +17,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from jaxasync.collectors.frames import FrameRecords, FrameStepProcessor
+from jaxasync.collectors.nstep import StepProcessor
+from jaxasync.collectors.returns import n_step_returns
 from jaxasync.collectors.unrolls import Unroll, UnrollCollector
 
 
@@ -41,4 +47,5 @@ class Collector(Protocol):
     """Undiscounted returns of the episodes completed since the last call."""
 
 
-__all__ = ["Collector", "Unroll", "UnrollCollector"]
+__all__ = ["Collector", "FrameRecords", "FrameStepProcessor", "StepProcessor", "Unroll",
+           "UnrollCollector", "n_step_returns"]

@@ -31,6 +31,8 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
+from jaxasync.collectors.base import CollectorBase
+
 
 class Unroll(NamedTuple):
   """``T + 1`` timesteps of ``B`` sub-envs, every leaf time-major ``[T + 1, B, ...]``.
@@ -64,7 +66,7 @@ class Unroll(NamedTuple):
   last: np.ndarray
 
 
-class UnrollCollector:
+class UnrollCollector(CollectorBase):
   """Turns the steps of a gymnasium 1.x vector env (``NEXT_STEP`` autoreset) into unrolls.
 
   The storage ``[T + 1, B, ...]`` is allocated once; ``step`` writes one row and every
@@ -92,8 +94,9 @@ class UnrollCollector:
       raise ValueError(f"num_envs must be >= 1, got {num_envs}.")
     if unroll_length < 1:
       raise ValueError(f"unroll_length must be >= 1, got {unroll_length}.")
+    super().__init__(num_envs)
     obs_example, action_example = np.asarray(obs_example), np.asarray(action_example)
-    self.num_envs, self.unroll_length = num_envs, unroll_length
+    self.unroll_length = unroll_length
     self._obs_shape = (num_envs,) + obs_example.shape
     self._act_shape = (num_envs,) + action_example.shape
     rows = (unroll_length + 1, num_envs)
@@ -106,20 +109,7 @@ class UnrollCollector:
     self._first = np.zeros(rows, bool)
     self._last = np.zeros(rows, bool)
     self._t = 0  # the row of the timestep to act on next
-    self._current_obs: np.ndarray | None = None
     self._autoreset = np.zeros(num_envs, bool)  # the next step is an autoreset step
-    self._ep_return = np.zeros(num_envs, np.float64)
-    self._finished_returns: list[float] = []
-
-  @property
-  def obs(self) -> np.ndarray:
-    """The observations the policy should act on next, ``[B, *obs_shape]`` (a copy)."""
-    return self._current_obs
-
-  def pop_episode_returns(self) -> list[float]:
-    """Undiscounted returns of the episodes completed since the last call."""
-    out, self._finished_returns = self._finished_returns, []
-    return out
 
   def reset(self, obs: np.ndarray) -> None:
     """Starts from the observations of ``env.reset()``, ``[B, *obs_shape]``.
@@ -151,6 +141,17 @@ class UnrollCollector:
     """
     if self._current_obs is None:
       raise RuntimeError("UnrollCollector.step called before reset(obs).")
+    action, reward, next_obs, terminated, truncated, leaves = self._checked(
+        action, reward, next_obs, terminated, truncated, extras)
+    # (everything checked: a bad call leaves no trace)
+    self._record(action, reward, next_obs, terminated, truncated, leaves)
+    self._t += 1
+    if self._t < self.unroll_length:
+      return None
+    return self._emit()
+
+  def _checked(self, action, reward, next_obs, terminated, truncated, extras):
+    """The step's arrays with their shapes checked; ``extras`` as its leaves."""
     action = self._check("action", action, self._act_shape)
     next_obs = self._check("next_obs", next_obs, self._obs_shape)
     reward = self._check("reward", reward, (self.num_envs,))
@@ -162,11 +163,15 @@ class UnrollCollector:
                        f"{self._extras_def}.")
     leaves = [self._check("an extras leaf", x, buf.shape[1:])
               for buf, x in zip(self._extras, leaves)]
-    t = self._t  # (everything checked: a bad call leaves no trace)
+    return action, reward, next_obs, terminated, truncated, leaves
+
+  def _record(self, action, reward, next_obs, terminated, truncated, leaves) -> None:
+    """Writes the action at row ``t`` and the timestep it leads to at row ``t + 1``, and
+    counts the episode returns."""
+    t = self._t
     self._act[t] = action
     for buf, x in zip(self._extras, leaves):
       buf[t] = x
-
     # An autoreset step is no transition: whatever the env reports, its timestep starts
     # an episode (gymnasium gives reward 0 and done False there; we enforce it).
     real = ~self._autoreset
@@ -182,14 +187,13 @@ class UnrollCollector:
 
     self._ep_return += reward
     if done.any():
-      self._finished_returns.extend(self._ep_return[done].tolist())
-      self._ep_return[done] = 0.0
+      self._end_episodes(done)
     self._autoreset = done
-    self._t = t + 1
-    if self._t < self.unroll_length:
-      return None
-    # Rows 0..T-1 of action/extras are written above; row T never is, so it stays zeros
-    # (the documented placeholder) in every copy.
+
+  def _emit(self) -> Unroll:
+    """The full unroll (a copy); its last timestep becomes the next one's first."""
+    # Rows 0..T-1 of action/extras are written by _record; row T never is, so it stays
+    # zeros (the documented placeholder) in every copy.
     out = Unroll(obs=self._obs.copy(), action=self._act.copy(),
                  extras=jax.tree.unflatten(self._extras_def, [x.copy() for x in self._extras]),
                  reward=self._rew.copy(), discount=self._disc.copy(),

@@ -5,12 +5,14 @@ A plain ``ReplayBuffer`` of Atari transitions holds ``obs`` and ``next_obs``, tw
 stored once, in the record of the env step that produced it, and stacks and n-step
 returns are rebuilt from records:
 
-* ``FrameStepProcessor`` (the replay's ``step_processor_cls``) turns vector-env steps
-  into ``FrameRecords``: one record per observed frame, tagged with a stream id (one
-  per sub-env, unique across actors) and a per-stream sequence number.
+* ``FrameStepProcessor`` (``jaxasync.collectors.frames``, the replay's
+  ``step_processor_cls``) turns vector-env steps into ``FrameRecords``: one record per
+  observed frame, tagged with a stream id (one per sub-env, unique across actors) and a
+  per-stream sequence number.
 * ``FrameReplayBuffer.add`` links each record to its predecessor in its stream,
   records which ``K`` records make up its stack, and completes the n-step
-  transitions that the new records close (return, discount, bootstrap record).
+  transitions that the new records close (return, discount, bootstrap record), with
+  ``collectors.returns.n_step_returns``, as ``StepProcessor`` does.
 * ``sample`` returns ``Transition`` batches equal to what ``StepProcessor`` +
   ``ReplayBuffer`` would have stored for the same steps.
 
@@ -29,199 +31,24 @@ exactly, at ``K - 1`` extra records per episode.
 
 from __future__ import annotations
 
-import secrets
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
+# (The collector's names stay importable from here, TRUNCATED included: the replay and its
+# collector are a pair.)
+from jaxasync.collectors.frames import (PAD, STEP, TERMINATED, TRUNCATED, FrameRecords,
+                                        FrameStepProcessor)
+from jaxasync.collectors.returns import n_step_returns
 from jaxasync.replay.prioritized import PrioritizedReplayBuffer
 from jaxasync.replay.uniform import ReplayBuffer
-from jaxasync.step_processor import ProcessorBase
 from jaxasync.types import Transition
 
 PyTree = Any
 
-# Record kinds.
-PAD, STEP, TERMINATED, TRUNCATED = 0, 1, 2, 3
 # Position markers (real positions are >= 0).
 _BROKEN = -1  # the predecessor is unknown (a dropped chunk) or overwritten
 _START = -2  # before the first record of an episode
-
-
-class FrameRecords(NamedTuple):
-  """What ``FrameStepProcessor.step`` emits and ``FrameReplayBuffer.add`` takes: ``N`` records.
-
-  Every field has leading axis ``[N]``. Records of one stream appear in ``seq`` order;
-  records of different streams may interleave freely (several sub-envs, several actors).
-
-  Attributes:
-    frame: the frame this record adds, ``[N, *frame_shape]`` (the observation dtype).
-    action: for ``STEP`` records the action taken at this observation, else zeros,
-      ``[N, *action_shape]``.
-    reward: for ``STEP`` records the reward of that action, else 0, ``[N]`` float64.
-    kind: ``PAD``, ``STEP``, ``TERMINATED`` or ``TRUNCATED``, ``[N]`` int8.
-    first: the first record of an episode, ``[N]`` bool.
-    stream: the sub-env's stream id, unique across processors, ``[N]`` int64.
-    seq: the record's index in its stream (consecutive across episodes), ``[N]`` int64.
-    n_step, gamma: the processor's settings, ``[N]`` int32 / float64: the buffer adopts
-      them from its first chunk and refuses chunks with other ones.
-  """
-
-  frame: np.ndarray
-  action: np.ndarray
-  reward: np.ndarray
-  kind: np.ndarray
-  first: np.ndarray
-  stream: np.ndarray
-  seq: np.ndarray
-  n_step: np.ndarray
-  gamma: np.ndarray
-
-
-def _shifted_by_one(new: np.ndarray, old: np.ndarray) -> bool:
-  """Whether ``new[..., :-1] == old[..., 1:]`` (stacks ``[..., K]``, newest frame last)."""
-  k, size = new.shape[-1], new.dtype.itemsize
-  word = k * size
-  if word in (2, 4, 8) and new.flags.c_contiguous and old.flags.c_contiguous:
-    # One little-endian word per pixel holds its K values, frame j at bits 8 j size: the
-    # shift is a bit shift, compared on contiguous words (~10x faster than strided views).
-    u = np.dtype(f"<u{word}")
-    mask = np.array((1 << (8 * (word - size))) - 1, u)
-    return np.array_equal(new.view(u) & mask, old.view(u) >> np.array(8 * size, u))
-  return np.array_equal(new[..., :-1], old[..., 1:])
-
-
-class FrameStepProcessor(ProcessorBase):
-  """Turns steps of a NEXT_STEP vector env with frame-stacked observations into ``FrameRecords``.
-
-  Same constructor and methods as ``StepProcessor``; ``step`` returns records, not
-  transitions (``FrameReplayBuffer`` builds the transitions). Observations are stacks
-  ``[*frame_shape, K]`` with the newest frame last, as ``AtariEnvFactory`` makes them.
-
-  Each sub-env is a stream whose id is a random 47-bit number drawn from the OS at
-  construction, shifted left 16 bits, plus the sub-env index: actors (and restarted
-  actors) never share ids, whatever their seeds.
-
-  Args:
-    num_envs: sub-envs in the vector env (< 65536).
-    obs_example: one observation, ``[*frame_shape, K]``.
-    action_example: one action, giving shape and dtype.
-    n_step, gamma: see ``ProcessorBase``; used by the buffer.
-    reward_clip: see ``ProcessorBase``: records carry clipped rewards, so the buffer's
-      n-step returns sum clipped rewards, as ``StepProcessor``'s do.
-    check_stacks: verify at every step that each observation is the previous one
-      shifted by one frame (``next_obs[..., :-1] == obs[..., 1:]``), the property the
-      buffer relies on; raises ``ValueError`` otherwise. Costs one comparison of the
-      observations (tens of microseconds for 8 Atari sub-envs).
-  """
-
-  def __init__(self, num_envs: int, obs_example: np.ndarray, action_example: np.ndarray,
-               n_step: int = 1, gamma: float = 0.99, reward_clip: float = 0.0, *,
-               check_stacks: bool = True):
-    if not 1 <= num_envs < 2 ** 16:
-      raise ValueError(f"num_envs must be in [1, 65536), got {num_envs}.")
-    super().__init__(num_envs, n_step, gamma, reward_clip)
-    obs_example = np.asarray(obs_example)
-    action_example = np.asarray(action_example)
-    if obs_example.ndim < 1:
-      raise ValueError("observations must be frame stacks [*frame_shape, K]; got a scalar.")
-    self.check_stacks = check_stacks
-    self._k = obs_example.shape[-1]
-    self._obs_shape, self._obs_dtype = obs_example.shape, obs_example.dtype
-    self._action_shape, self._action_dtype = action_example.shape, action_example.dtype
-    self._stream = (secrets.randbits(47) << 16) + np.arange(num_envs, dtype=np.int64)
-    self._seq = np.zeros(num_envs, np.int64)  # next record index of each stream
-    self._autoreset = np.zeros(num_envs, bool)  # next step is an autoreset step
-    self._new_episode = np.ones(num_envs, bool)  # current obs is a reset obs, pads not emitted
-
-  @property
-  def streams(self) -> np.ndarray:
-    """The stream id of each sub-env, ``[num_envs]`` int64."""
-    return self._stream.copy()
-
-  def reset(self, obs: np.ndarray) -> None:
-    """Starts from the observations of ``env.reset()``, ``[num_envs, *frame_shape, K]``."""
-    obs = np.asarray(obs)
-    if obs.shape != (self.num_envs,) + self._obs_shape:
-      raise ValueError(f"reset obs has shape {obs.shape}, expected "
-                       f"{(self.num_envs,) + self._obs_shape}.")
-    self._current_obs = np.array(obs, copy=True)
-    self._autoreset[:] = False
-    self._new_episode[:] = True  # a pending episode of a stream is abandoned (never completes)
-    self._ep_return[:] = 0.0
-
-  def step(self, action: np.ndarray, reward: np.ndarray, next_obs: np.ndarray,
-           terminated: np.ndarray, truncated: np.ndarray) -> FrameRecords:
-    """Consumes one vector-env step; returns the records it produces.
-
-    Args:
-      action: actions taken at ``self.obs``, ``[num_envs, *action_shape]``.
-      reward, terminated, truncated: from ``env.step``, ``[num_envs]``.
-      next_obs: observations from ``env.step``, ``[num_envs, *frame_shape, K]``.
-
-    Returns:
-      ``FrameRecords`` with, for each sub-env whose step is real (not gymnasium's
-      autoreset step): the ``K - 1`` older frames of its reset stack if its current
-      observation starts an episode, then its ``STEP`` record, then a ``TERMINATED`` /
-      ``TRUNCATED`` record with the final frame if the episode ended.
-    """
-    if self._current_obs is None:
-      raise RuntimeError("FrameStepProcessor.step called before reset(obs).")
-    obs, k1 = self._current_obs, self._k - 1
-    next_obs = np.asarray(next_obs)
-    action = np.asarray(action, self._action_dtype)
-    reward = np.asarray(reward, np.float64)
-    terminated = np.asarray(terminated, bool)
-    truncated = np.asarray(truncated, bool)
-    real = ~self._autoreset
-    done = real & (terminated | truncated)
-    if self.check_stacks and k1 > 0 and real.any():
-      both = (next_obs, obs) if real.all() else (next_obs[real], obs[real])
-      if not _shifted_by_one(*both):
-        raise ValueError(
-            "observation is not the previous one shifted by one frame along the last axis; "
-            "FrameStepProcessor needs frame stacks [*frame_shape, K] with the newest frame "
-            "last (e.g. AtariEnvFactory, or FrameStackObservation moved to the last axis).")
-    self._ep_return += np.where(real, reward, 0.0)
-    if done.any():
-      self._finished_returns.extend(self._ep_return[done].tolist())
-      self._ep_return[done] = 0.0
-    if self.reward_clip:
-      reward = self._clip(reward)
-
-    pad = real & self._new_episode
-    pad_e = np.repeat(np.nonzero(pad)[0], k1)  # sub-env of each PAD record
-    pad_j = np.tile(np.arange(k1), int(pad.sum()))  # its frame in the reset stack
-    step_e = np.nonzero(real)[0]
-    fin_e = np.nonzero(done)[0]
-    npad = pad * k1
-    seq = np.concatenate([self._seq[pad_e] + pad_j, self._seq[step_e] + npad[step_e],
-                          self._seq[fin_e] + npad[fin_e] + 1])
-    self._seq += npad + real + done
-    kinds = np.where(terminated[fin_e], TERMINATED, TRUNCATED)
-    n_pad, n_step_rec, n_fin = len(pad_e), len(step_e), len(fin_e)
-    n_rec = n_pad + n_step_rec + n_fin
-    zeros_action = np.zeros((n_pad,) + self._action_shape, self._action_dtype)
-    out = FrameRecords(
-        frame=np.concatenate([obs[pad_e, ..., pad_j], obs[step_e, ..., -1],
-                              next_obs[fin_e, ..., -1]]).astype(self._obs_dtype, copy=False),
-        action=np.concatenate([zeros_action, action[step_e],
-                               np.zeros((n_fin,) + self._action_shape, self._action_dtype)]),
-        reward=np.concatenate([np.zeros(n_pad), reward[step_e], np.zeros(n_fin)]),
-        kind=np.concatenate([np.full(n_pad, PAD), np.full(n_step_rec, STEP), kinds]
-                            ).astype(np.int8),
-        first=np.concatenate([pad_j == 0, self._new_episode[step_e] & (k1 == 0),
-                              np.zeros(n_fin, bool)]),
-        stream=np.concatenate([self._stream[pad_e], self._stream[step_e], self._stream[fin_e]]),
-        seq=seq,
-        n_step=np.full(n_rec, self.n, np.int32),
-        gamma=np.full(n_rec, self.gamma, np.float64),
-    )
-    # After an autoreset step the current observation is a reset one.
-    self._new_episode = ~real
-    self._autoreset = done
-    self._current_obs = np.array(next_obs, copy=True)
-    return out
 
 
 class FrameReplayBuffer(ReplayBuffer):
@@ -237,8 +64,8 @@ class FrameReplayBuffer(ReplayBuffer):
   overwritten: every other record it uses is newer, so nothing it needs is ever
   missing. ``len`` is the number of live transitions; ``sample`` draws among them.
 
-  n-step returns and discounts are computed once, when the transition completes, with
-  the same float64 arithmetic as ``StepProcessor``: ``terminated`` gives discount 0,
+  n-step returns and discounts are computed once, when the transition completes, by the
+  function ``StepProcessor`` uses (``n_step_returns``): ``terminated`` gives discount 0,
   ``truncated`` bootstraps from the final observation, no transition crosses an
   episode end, and a gap in a stream (a dropped chunk) only makes the transitions
   that would span it unavailable.
@@ -335,7 +162,6 @@ class FrameReplayBuffer(ReplayBuffer):
       n_step, gamma = int(chunk.n_step[0]), float(chunk.gamma[0])
       if self._n is None:
         self._n, self._gamma = n_step, gamma
-        self._powers = gamma ** np.arange(n_step + 1, dtype=np.float64)  # as StepProcessor
       if (np.any(chunk.n_step != self._n) or np.any(chunk.gamma != self._gamma)):
         raise ValueError(
             f"records made with n_step={n_step}, gamma={gamma} but this replay holds "
@@ -378,26 +204,44 @@ class FrameReplayBuffer(ReplayBuffer):
     return np.concatenate(done)
 
   def _add_piece(self, rec: FrameRecords) -> np.ndarray:
-    c, k = self._capacity, self._k
-    n = rec.kind.shape[0]
-    a = self._added_total
-    pos = a + np.arange(n, dtype=np.int64)
-    slots = pos % c
+    """Adds at most ``capacity`` records (so none overwrites another); returns the slots of
+    the transitions they make live."""
+    pos = self._added_total + np.arange(rec.kind.shape[0], dtype=np.int64)
+    slots = pos % self._capacity
+    self._drop_overwritten(slots)
+    prev = self._predecessors(rec, pos)
+    self._write(rec, pos, slots, prev)
+    self._stack[slots] = self._stacks_ending_at(pos)
+    starts = self._complete_windows(rec, pos)
+    if not starts.size:
+      return np.zeros(0, np.int64)
+    live = self._make_live(starts)
+    if len(self._streams) > 4096:  # forget streams whose last record is gone
+      lo = self._added_total - self._capacity
+      self._streams = {s: v for s, v in self._streams.items() if v[1] >= lo}
+    return live
 
-    # 1. The records about to be overwritten: drop the transitions that start there and
-    # the ones whose stack begins there (every other record a transition uses is newer).
+  def _drop_overwritten(self, slots: np.ndarray) -> None:
+    """Drops the transitions that start at the records about to be overwritten, and the
+    ones whose stack begins there (every other record a transition uses is newer)."""
+    c = self._capacity
     old = self._pos[slots] >= 0
-    if old.any():
-      old_slots = slots[old]
-      dep = self._dep[old_slots]
-      has = dep >= 0
-      dep_slots = dep[has] % c
-      # (only if the dependent still is that start and its stack still begins here)
-      same = (self._pos[dep_slots] == dep[has]) & (
-          self._stack[dep_slots, 0] == self._pos[old_slots][has])
-      self._kill(np.concatenate([old_slots, dep_slots[same]]))
+    if not old.any():
+      return
+    old_slots = slots[old]
+    dep = self._dep[old_slots]
+    has = dep >= 0
+    dep_slots = dep[has] % c
+    # (only if the dependent still is that start and its stack still begins here)
+    same = (self._pos[dep_slots] == dep[has]) & (
+        self._stack[dep_slots, 0] == self._pos[old_slots][has])
+    self._kill(np.concatenate([old_slots, dep_slots[same]]))
 
-    # 2. Predecessors: the previous record of the same stream, in this piece or earlier.
+  def _predecessors(self, rec: FrameRecords, pos: np.ndarray) -> np.ndarray:
+    """The position of each new record's predecessor in its stream, in this piece or
+    earlier, ``[N]``: ``_START`` for an episode's first record, ``_BROKEN`` after a gap.
+    Updates each stream's last (seq, position)."""
+    n = pos.shape[0]
     order = np.lexsort((rec.seq, rec.stream))  # by stream, then seq (stable)
     s_stream, s_seq = rec.stream[order], rec.seq[order]
     prev = np.full(n, _BROKEN, np.int64)
@@ -416,9 +260,11 @@ class FrameReplayBuffer(ReplayBuffer):
           prev_sorted[h] = last[1]
         self._streams[stream] = (int(s_seq[e]), int(pos[order[e]]))
       prev[order] = prev_sorted
-    prev = np.where(rec.first, _START, prev)
+    return np.where(rec.first, _START, prev)
 
-    # 3. Write the records.
+  def _write(self, rec: FrameRecords, pos: np.ndarray, slots: np.ndarray,
+             prev: np.ndarray) -> None:
+    """Stores the records at ``slots`` (their transitions not yet live)."""
     self._frames[slots] = rec.frame
     self._action[slots] = rec.action
     self._reward[slots] = rec.reward
@@ -426,52 +272,65 @@ class FrameReplayBuffer(ReplayBuffer):
     self._pos[slots] = pos
     self._prev[slots] = prev
     self._dep[slots] = _BROKEN
-    self._live[slots] = False  # (already dropped in step 1)
-    self._added_total = a + n
-    lo = max(0, self._added_total - c)  # oldest position still stored
+    self._live[slots] = False  # (already dropped by _drop_overwritten)
+    self._added_total += pos.shape[0]
 
-    # 4. Stacks: the K records ending at each new one (markers where there are none).
-    stack = np.empty((n, k), np.int64)
+  def _stacks_ending_at(self, pos: np.ndarray) -> np.ndarray:
+    """The positions of the ``K`` records ending at each of ``pos``, oldest first,
+    ``[N, K]`` (markers where there are none)."""
+    k = self._k
+    stack = np.empty((pos.shape[0], k), np.int64)
     stack[:, k - 1] = pos
     for j in range(k - 2, -1, -1):
       stack[:, j] = self._hop(stack[:, j + 1])
-    self._stack[slots] = stack
+    return stack
 
-    # 5. n-step completion: walk back from each new non-PAD record through up to n STEP
-    # records of its episode; the one j steps back completes if j == n, or at any j if
-    # the new record ends the episode. Horner from the newest reward, as StepProcessor.
+  def _walk_back(self, w_pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """From records ``w_pos`` ``[W]``, the positions ``1 .. n`` records back, ``[n, W]``, and
+    whether each is a stored ``STEP`` record of the same episode (once not, never again)."""
+    c, n = self._capacity, self._n
+    back = np.empty((n, w_pos.shape[0]), np.int64)
+    active = np.empty((n, w_pos.shape[0]), bool)
+    cur, act = w_pos, np.ones(w_pos.shape[0], bool)
+    for j in range(n):
+      cur = self._hop(cur)
+      act = act & self._alive(cur) & (self._kind[cur % c] == STEP)
+      back[j], active[j] = cur, act
+    return back, active
+
+  def _complete_windows(self, rec: FrameRecords, pos: np.ndarray) -> np.ndarray:
+    """The n-step transitions the new records complete: each new non-PAD record closes the
+    window of the ``STEP`` record ``n`` back, or, if it ends the episode, of every ``STEP``
+    record of the episode up to ``n`` back. Sets their return, discount and bootstrap
+    record; returns their start positions, ordered by steps back, then by record."""
+    c = self._capacity
     walkers = np.nonzero(rec.kind != PAD)[0]
     w_pos, w_kind = pos[walkers], rec.kind[walkers]
-    final = w_kind != STEP
-    cur, acc = w_pos.copy(), np.zeros(walkers.size, np.float64)
-    active = np.ones(walkers.size, bool)
-    starts, rets, discs, boots = [], [], [], []
-    for j in range(1, self._n + 1):
-      cur = self._hop(cur)
-      cs = cur % c
-      active &= self._alive(cur) & (self._kind[cs] == STEP)
-      acc = np.where(active, self._reward[cs] + self._gamma * acc, acc)
-      complete = active & (final | (j == self._n))
-      if complete.any():
-        starts.append(cur[complete])
-        rets.append(acc[complete])
-        discs.append(np.where(w_kind[complete] == TERMINATED, 0.0, self._powers[j]))
-        boots.append(w_pos[complete])
-    if not starts:
-      return np.zeros(0, np.int64)
-    starts = np.concatenate(starts)
+    back, active = self._walk_back(w_pos)
+    # Row j of ``back`` is the start j + 1 steps back: in time order (oldest first, as
+    # n_step_returns takes them) the rows run the other way.
+    r_t = np.where(active, self._reward[back % c], 0.0)[::-1]
+    g_t, discount_t = n_step_returns(r_t, w_kind == TERMINATED, self._gamma)
+    full = (np.arange(1, self._n + 1) == self._n)[:, None]
+    js, ws = np.nonzero(active & ((w_kind != STEP) | full))
+    starts = back[js, ws]
     start_slots = starts % c
-    self._ret[start_slots] = np.concatenate(rets).astype(np.float32)
-    self._disc[start_slots] = np.concatenate(discs).astype(np.float32)
-    self._boot[start_slots] = np.concatenate(boots)
+    self._ret[start_slots] = g_t[::-1][js, ws].astype(np.float32)
+    self._disc[start_slots] = discount_t[::-1][js, ws].astype(np.float32)
+    self._boot[start_slots] = w_pos[ws]
+    return starts
+
+  def _make_live(self, starts: np.ndarray) -> np.ndarray:
+    """Makes the completed transitions at ``starts`` live where their whole stack is still
+    stored; returns their slots."""
+    c = self._capacity
+    start_slots = starts % c
     oldest = self._stack[start_slots, 0]
-    ok = oldest >= lo  # whole stack stored (markers are < 0)
+    ok = oldest >= max(0, self._added_total - c)  # whole stack stored (markers are < 0)
     start_slots = start_slots[ok]
     self._live[start_slots] = True
     self._dep[oldest[ok] % c] = starts[ok]
     self._size += start_slots.size
-    if len(self._streams) > 4096:  # forget streams whose last record is gone
-      self._streams = {s: v for s, v in self._streams.items() if v[1] >= lo}
     return start_slots
 
   # --- reading -------------------------------------------------------------
@@ -540,8 +399,6 @@ class FrameReplayBuffer(ReplayBuffer):
       store[...] = state[name]
     self._streams = dict(state["streams"])
     self._n, self._gamma = state["n_step"], state["gamma"]
-    if self._n is not None:
-      self._powers = self._gamma ** np.arange(self._n + 1, dtype=np.float64)
     self._size, self._added_total = int(state["size"]), int(state["added_total"])
     self._rng.bit_generator.state = state["rng"]
 

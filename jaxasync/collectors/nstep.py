@@ -1,7 +1,8 @@
-"""Turns the steps of a gymnasium vector env into n-step transitions.
+"""The n-step collector: the steps of a gymnasium vector env as n-step transitions.
 
-The one step processor of the project: the synchronous ``Trainer`` and every
-``Actor`` use it.
+The synchronous ``Trainer`` and every ``Actor`` of a replay agent run it (the frame replay's
+agents run ``collectors.frames.FrameStepProcessor``, which shares ``ProcessorBase``). The
+returns themselves come from ``collectors.returns.n_step_returns``.
 """
 
 from __future__ import annotations
@@ -11,13 +12,15 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxasync.collectors.base import CollectorBase
+from jaxasync.collectors.returns import n_step_returns
 from jaxasync.pipeline import check_return_settings
 from jaxasync.types import Transition
 
 
-class ProcessorBase:
-  """What every step processor shares (``StepProcessor``, ``replay.frames.FrameStepProcessor``):
-  the checked n-step settings, the observation to act on, reward clipping and episode returns.
+class ProcessorBase(CollectorBase):
+  """What the n-step collectors share (``StepProcessor``, ``collectors.frames.FrameStepProcessor``):
+  the checked n-step settings and reward clipping, over ``CollectorBase``'s episode returns.
 
   Args:
     num_envs: sub-envs in the vector env.
@@ -29,21 +32,9 @@ class ProcessorBase:
 
   def __init__(self, num_envs: int, n_step: int, gamma: float, reward_clip: float):
     check_return_settings(n_step, gamma, reward_clip)
-    self.num_envs, self.n, self.gamma = num_envs, n_step, gamma
+    super().__init__(num_envs)
+    self.n, self.gamma = n_step, gamma
     self.reward_clip = float(reward_clip)
-    self._current_obs: np.ndarray | None = None
-    self._ep_return = np.zeros(num_envs, np.float64)  # the game's score, before clipping
-    self._finished_returns: list[float] = []
-
-  def pop_episode_returns(self) -> list[float]:
-    """Undiscounted (unclipped) returns of the episodes completed since the last call."""
-    out, self._finished_returns = self._finished_returns, []
-    return out
-
-  @property
-  def obs(self) -> np.ndarray:
-    """The observations the policy should act on next, ``[num_envs, *obs_shape]``."""
-    return self._current_obs
 
   def _clip(self, reward: np.ndarray) -> np.ndarray:
     """``reward`` clipped to ``[-reward_clip, reward_clip]``; call only when ``reward_clip``."""
@@ -94,17 +85,13 @@ class StepProcessor(ProcessorBase):
     self._t = 0  # ring position of the next step
     self._autoreset = np.zeros(num_envs, bool)  # next step is an autoreset step
     self._any_autoreset = False  # self._autoreset.any()
-    self._powers = gamma ** np.arange(n_step + 1, dtype=np.float64)
-    self._powers32 = self._powers.astype(np.float32)
-    # Precomputed for the per-step work. Rows j = 0..n-1 of the general path are the
+    # Precomputed for the per-step work. Rows j = 0..n-1 of the ring in time order are the
     # pending entries from oldest (started k = n - 1 - j steps ago) to newest.
     j = np.arange(n_step)
     self._k_of_j = (n_step - 1 - j)[:, None]
     self._oldest_row = (j == 0)[:, None]
     self._slot_of_j = [(s - (n_step - 1 - j)) % n_step for s in range(n_step)]  # by t % n
-    self._discount_of_j = self._powers32[n_step - j]  # gamma^(k + 1)
-    self._full_discounts = np.full(num_envs, self._powers32[n_step], np.float32)
-    self._discount_table = np.array([gamma, 0.0], np.float32)  # by terminated: n = 1
+    self._no_ends = np.zeros(num_envs, bool)  # (terminated of full windows: none)
     self._empty = Transition(
         obs=self._obs[:0, 0], action=self._act[:0, 0], reward=np.zeros(0, np.float32),
         discount=np.zeros(0, np.float32), next_obs=self._obs[:0, 0])
@@ -161,8 +148,7 @@ class StepProcessor(ProcessorBase):
       real = None  # every sub-env's step is real
     any_done = np.count_nonzero(done) > 0  # faster than done.any() on small arrays
     if any_done:
-      self._finished_returns.extend(self._ep_return[done].tolist())
-      self._ep_return[done] = 0.0
+      self._end_episodes(done)
     if self.n == 1:
       out = self._step_one(action, reward, next_obs, terminated, real, ext)
     else:
@@ -178,8 +164,6 @@ class StepProcessor(ProcessorBase):
   def _step_one(self, action, reward, next_obs, terminated, real, ext) -> Transition:
     """n = 1: each real step is one transition, discount ``gamma`` or 0; no ring needed.
 
-    ``reward + 0.0`` as in the general path (where it turns -0.0 into 0.0).
-
     The arrays returned may be shared with ``self.obs`` and the next call's output (the
     observations are copied once, not per use): treat them as read-only.
     """
@@ -188,22 +172,48 @@ class StepProcessor(ProcessorBase):
     if obs.dtype != self._obs_dtype:
       obs = obs.astype(self._obs_dtype)
     if real is None:  # no autoreset step: one transition per sub-env, in order
+      g_t, discount_t = n_step_returns(reward[None], terminated, self.gamma)
       return Transition(
-          obs=obs, action=action.astype(self._act_dtype),
-          reward=(reward + 0.0).astype(np.float32),
-          discount=self._discount_table.take(terminated.view(np.uint8)), next_obs=next_obs,
+          obs=obs, action=action.astype(self._act_dtype), reward=g_t[0].astype(np.float32),
+          discount=discount_t[0].astype(np.float32), next_obs=next_obs,
           extras=None if ext is None else self._extras([np.array(x) for x in ext]))
     es = real.nonzero()[0]
+    g_t, discount_t = n_step_returns(reward[None, es], terminated[es], self.gamma)
     return Transition(
         obs=obs[es], action=action[es].astype(self._act_dtype, copy=False),
-        reward=(reward[es] + 0.0).astype(np.float32),
-        discount=self._discount_table.take(terminated[es].view(np.uint8)), next_obs=next_obs[es],
+        reward=g_t[0].astype(np.float32), discount=discount_t[0].astype(np.float32),
+        next_obs=next_obs[es],
         extras=None if ext is None else self._extras([np.asarray(x)[es] for x in ext]))
 
   def _step_n(self, action, reward, next_obs, terminated, done, any_done, real,
               ext) -> Transition:
-    n, t, gamma = self.n, self._t, self.gamma
-    slot = t % n
+    """n > 1: the step enters the ring; the windows it closes leave it as transitions."""
+    slot = self._push(action, reward, ext, real)
+    self._current_obs = np.array(next_obs, copy=True)
+    in_order = self._slot_of_j[slot]  # ring slots in time order, oldest first
+    if not any_done:
+      return self._full_windows(in_order, next_obs, ext)
+    # Emitted: every pending entry of a sub-env whose episode ended, else a full window's
+    # oldest; ordered by sub-env, then oldest entry first.
+    g_t, discount_t = n_step_returns(self._rew[in_order], terminated, self.gamma)
+    emit = (self._k_of_j < self._len) & (done | self._oldest_row)
+    es, js = emit.T.nonzero()
+    slots = in_order[js]
+    out = Transition(
+        obs=self._obs[slots, es],
+        action=self._act[slots, es],
+        reward=g_t[js, es].astype(np.float32),
+        discount=discount_t[js, es].astype(np.float32),
+        next_obs=next_obs[es],
+        extras=None if ext is None else self._extras([r[slots, es] for r in self._ext]),
+    )
+    # Bookkeeping: a full window drops its oldest entry; an episode end clears all.
+    self._len = np.where(done, 0, np.minimum(self._len, self.n - 1))
+    return out
+
+  def _push(self, action, reward, ext, real) -> int:
+    """Writes the step at obs ``self.obs`` into the ring; returns its slot."""
+    slot = self._t % self.n
     self._obs[slot] = self._current_obs
     self._act[slot] = action
     if ext is not None:
@@ -214,48 +224,23 @@ class StepProcessor(ProcessorBase):
       self._len += 1
     else:
       self._len += real
-    self._current_obs = np.array(next_obs, copy=True)
-    rew = self._rew
-    if not any_done:
-      # Only windows of n steps close: one transition (the oldest entry, k = n - 1) from
-      # each sub-env holding n entries; the ring then drops that entry.
-      es = (self._len == n).nonzero()[0]
-      m = es.shape[0]
-      if m == 0:
-        if ext is not None:
-          return self._empty._replace(extras=self._extras([r[0, :0] for r in self._ext]))
-        return self._empty
-      self._len[es] = n - 1
-      rew = rew[:, es]
-      acc = rew[slot] + 0.0  # the discounted sum, newest entry first (as ``ret`` below)
-      for k in range(1, n):
-        acc = rew[(t - k) % n] + gamma * acc
-      oldest = (t + 1) % n  # == (t - (n - 1)) % n
-      return Transition(
-          obs=self._obs[oldest, es], action=self._act[oldest, es], reward=acc.astype(np.float32),
-          discount=self._full_discounts[:m].copy(), next_obs=next_obs[es],
-          extras=None if ext is None else self._extras([r[oldest, es] for r in self._ext]))
+    return slot
 
-    # ret[j, e]: discounted return of the pending entry of row j (started n - 1 - j steps ago).
-    ret = np.empty((n, self.num_envs), np.float64)
-    acc = rew[slot] + 0.0
-    ret[n - 1] = acc
-    for k in range(1, n):
-      acc = rew[(t - k) % n] + gamma * acc
-      ret[n - 1 - k] = acc
-    # Emitted: every pending entry of a sub-env whose episode ended, else a full window's
-    # oldest; ordered by sub-env, then oldest entry first.
-    emit = (self._k_of_j < self._len) & (done | self._oldest_row)
-    es, js = emit.T.nonzero()
-    slots = self._slot_of_j[slot][js]
-    out = Transition(
-        obs=self._obs[slots, es],
-        action=self._act[slots, es],
-        reward=ret[js, es].astype(np.float32),
-        discount=np.where(terminated[es], np.float32(0.0), self._discount_of_j[js]),
+  def _full_windows(self, in_order, next_obs, ext) -> Transition:
+    """No episode ended: only windows of n steps close, one transition (the oldest entry)
+    from each sub-env holding n entries; the ring then drops that entry."""
+    n = self.n
+    es = (self._len == n).nonzero()[0]
+    if es.shape[0] == 0:
+      if ext is not None:
+        return self._empty._replace(extras=self._extras([r[0, :0] for r in self._ext]))
+      return self._empty
+    self._len[es] = n - 1
+    g_t, discount_t = n_step_returns(self._rew[in_order[:, None], es], self._no_ends[:es.shape[0]],
+                                     self.gamma)
+    oldest = in_order[0]
+    return Transition(
+        obs=self._obs[oldest, es], action=self._act[oldest, es],
+        reward=g_t[0].astype(np.float32), discount=discount_t[0].astype(np.float32),
         next_obs=next_obs[es],
-        extras=None if ext is None else self._extras([r[slots, es] for r in self._ext]),
-    )
-    # Bookkeeping: a full window drops its oldest entry; an episode end clears all.
-    self._len = np.where(done, 0, np.minimum(self._len, n - 1))
-    return out
+        extras=None if ext is None else self._extras([r[oldest, es] for r in self._ext]))
