@@ -11,8 +11,12 @@ The tuned defaults, the reasons for them and the flags are in jaxasync/train/imp
 ``python -m jaxasync.train impala`` runs too (for an installed package).
 """
 
+if __name__ == "__main__":  # JAX imports for seconds: a Ctrl-C then ends in one line
+  import _quiet_start
+  _quiet_start.while_importing()
 from jaxasync.train.impala import *  # noqa: F401,F403  (Args, main and the presets, for importers)
 from jaxasync.train.impala import cli
 
 if __name__ == "__main__":
+  _quiet_start.imported()  # (run_cli takes Ctrl-C from here)
   cli()

@@ -21,8 +21,12 @@ A preset only sets defaults: any flag given after it overrides them. Logs, check
 for them and the flags are in jaxasync/train/rainbow.py (``python -m jaxasync.train rainbow``).
 """
 
+if __name__ == "__main__":  # JAX imports for seconds: a Ctrl-C then ends in one line
+  import _quiet_start
+  _quiet_start.while_importing()
 from jaxasync.train.rainbow import *  # noqa: F401,F403  (Args, parse, the presets, for importers)
 from jaxasync.train.rainbow import cli
 
 if __name__ == "__main__":
+  _quiet_start.imported()  # (run_cli takes Ctrl-C from here)
   cli()

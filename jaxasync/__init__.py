@@ -1,5 +1,26 @@
 """jaxasync: asynchronous actor-learner reinforcement learning in JAX."""
 
+import os as _os
+import signal as _signal
+import sys as _sys
+
+# `python -m jaxasync.train ...`: a Ctrl-C while this package imports JAX (seconds) would end in
+# a KeyboardInterrupt traceback from runpy's import machinery, before any of the command's code
+# runs; it ends in one line and exit status 130 instead. (argv[0] is "-m" only while `python
+# -m` locates its module: a program importing jaxasync keeps its own Ctrl-C.)
+_QUIET_IMPORT = (_sys.argv[:1] == ["-m"]
+                 and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler)
+
+
+def _interrupted_while_importing(signum, frame):
+  # (not an exception: raised inside an import's weakref callback it would only be printed)
+  print("interrupted before training started", file=_sys.stderr, flush=True)
+  _os._exit(130)
+
+
+if _QUIET_IMPORT:
+  _signal.signal(_signal.SIGINT, _interrupted_while_importing)
+
 from jaxasync.actor import ActorConfig
 from jaxasync.agent import ActorContext, Agent
 from jaxasync.actor_manager import ActorManager, ActorStats
@@ -37,6 +58,9 @@ from jaxasync.sharding import DataParallel, constrain_to_batch_shards, learner_d
 from jaxasync.trainer import Trainer
 from jaxasync.transport import Chunk, ChunkQueue
 from jaxasync.types import ModelInfo, Transition
+
+if _QUIET_IMPORT:  # (the command's own code takes Ctrl-C from here: run_cli)
+  _signal.signal(_signal.SIGINT, _signal.default_int_handler)
 
 __version__ = "0.1.0"
 

@@ -912,7 +912,7 @@ def parse_with_presets(presets: dict[str, Callable[[], Any]], argv: list[str] | 
 def run_cli(main: Callable[[], Any]) -> None:
   """Runs ``main()``: bad input exits 2, a run that failed (diverged, stalled, actors failing,
   a checkpoint or the run directory unwritable) exits 1, each with one ``error: ...`` line
-  instead of a traceback."""
+  instead of a traceback; a Ctrl-C that reaches it exits 130 with one line."""
   try:
     main()
   except ja.ConfigError as e:
@@ -926,3 +926,6 @@ def run_cli(main: Callable[[], Any]) -> None:
     print(f"error: {e.strerror or e}{where}: the run could not write its files; free space "
           "(or fix the directory) and continue with --resume.", file=sys.stderr)
     sys.exit(1)
+  except KeyboardInterrupt:  # a Ctrl-C before training took it (the loop ends on the first
+    print("interrupted", file=sys.stderr)  # one, saving) or a second one: one line, no traceback
+    sys.exit(130)

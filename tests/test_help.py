@@ -27,7 +27,8 @@ import jaxasync as ja
 from jaxasync.train import ALGORITHMS, TrainModule
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPTS = tuple(sorted(str(p.relative_to(REPO)) for p in (REPO / "experiments").glob("*.py")))
+# (experiments/_quiet_start.py is the scripts' Ctrl-C guard, not a script)
+SCRIPTS = tuple(sorted(str(p.relative_to(REPO)) for p in (REPO / "experiments").glob("[!_]*.py")))
 
 
 def train_module(script: str) -> TrainModule:

@@ -19,7 +19,12 @@ def main(argv: list[str]) -> None:
           "(python -m jaxasync.train ALGO --help).", file=sys.stderr)
     sys.exit(2)
   sys.argv = [f"python -m jaxasync.train {algo}", *rest]  # (what --help and errors print)
-  importlib.import_module(f"jaxasync.train.{algo}").cli(rest)
+  try:
+    module = importlib.import_module(f"jaxasync.train.{algo}")
+  except KeyboardInterrupt:  # (its cli's run_cli takes Ctrl-C from there on)
+    print("interrupted before training started", file=sys.stderr)
+    sys.exit(130)
+  module.cli(rest)
 
 
 def entry() -> None:
