@@ -2,7 +2,7 @@
 gymnasium env with Box observations and Discrete actions.
 
   python -m jaxasync.train pqn                          # --preset cartpole: CartPole-v1, lock-step
-  python -m jaxasync.train pqn --mode process           # one actor process that runs ahead
+  python -m jaxasync.train pqn --mode process           # one actor process beside the learner (lag 1)
   python -m jaxasync.train pqn --agent.q-lambda 0.9 --agent.num-epochs 2
   python -m jaxasync.train pqn --preset minatar         # purejaxql's MinAtar settings, Breakout
   python -m jaxasync.train pqn --preset minatar --env-id MinAtar/Asterix-v1
