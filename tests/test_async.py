@@ -253,6 +253,11 @@ def test_default_settings_hold_cartpole_in_sync(tmp_path):
   evals = [e["eval_reward"] for e in summary["evals"]]
   assert summary["best_eval_reward"] >= 475, evals
   assert summary["final_eval_reward"] >= 450 and np.mean(evals[-5:]) >= 450, evals
+  # python -m jaxasync.enjoy on the trained run: its final params balance the pole to the
+  # time limit in 10 episodes of their own seeds.
+  from jaxasync import enjoy
+  figures = enjoy.enjoy(enjoy.EnjoyArgs(str(tmp_path / "run"), checkpoint="final"))
+  assert figures["episodes"] == 10 and figures["mean"] == 500.0, figures
 
 
 @pytest.mark.parametrize("mode", ["thread", "process"])
