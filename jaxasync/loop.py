@@ -448,23 +448,15 @@ class LearnerLoop:
 
   # --- the loop ----------------------------------------------------------------------------
   def run(self) -> dict:
-    """Runs to the end; returns the summary (also written to ``<model_dir>/summary.json``)."""
-    c, learner, run, feed = self.config, self.learner, self.ledger, self.feed
-    self.publish()  # version 0: actors start acting with the initial params
-    feed.start()  # (first: with pin_cpus, the threads created next inherit the learner's core)
-    worker = self._worker = EvalWorker(self.evaluator, self._on_eval)
-    hooks = (Hook(c.eval_interval, self._evaluate, "evaluate"),
-             Hook(c.record_interval, self._record, "record"),
-             # (written in the background: the learner waits only for the copies)
-             Hook(c.save_interval, lambda loop: self._save(str(learner.opt_steps), True),
-                  "save"),
-             *self.user_hooks)
-    start = learner.opt_steps  # (> 0 for a resumed run: intervals continue from there)
-    triggers = [IntervalTrigger(h.interval, start) for h in hooks]
-    sync_t = IntervalTrigger(self.sync_interval, start)
-    bar = self._bar = progress_bar(c.max_opts, c.progress, initial=start)
-    self.source.start_clock()
-    self._last_record = (time.perf_counter(), self.inserted, self.env_steps, start)
+    """Runs to the end; returns the summary (also written to ``<model_dir>/summary.json``).
+
+    ``_start``, then ``_step`` until the run should stop, then ``_finish``, whatever ended the
+    steps (a limit, a stop request, an error, Ctrl-C). An error is raised after ``_finish``;
+    so is a forced ``KeyboardInterrupt`` (a second Ctrl-C), after ``_finish`` saved what the
+    run had without publishing it (the state may have been lost mid-update).
+    """
+    learner, run, feed = self.learner, self.ledger, self.feed
+    self._start()
     error: BaseException | None = None
     forced: KeyboardInterrupt | None = None
     with run.stop_on_sigint():
@@ -473,31 +465,8 @@ class LearnerLoop:
                          (lambda: feed.stage == "env.step") if feed.interrupt_main_when_stuck
                          else None)
       try:
-        while True:
-          # (lock-step: ingest is a no-op, so this answer still holds after it)
-          due = feed.finish_due_updates and self.can_update()
-          if not due and run.should_stop(self.env_steps):
-            break
-          t0 = time.perf_counter()
-          feed.ingest(self)
-          t1 = time.perf_counter()
-          self.times["ingest"] += t1 - t0
-          feed.supervise()
-          if worker.error is not None:
-            raise worker.error
-          if not (due or self.can_update()):
-            feed.wait(self)
-            self.times["wait"] += time.perf_counter() - t1
-            continue
-          learner.step(self.source)
-          feed.waiting = False
-          opt = learner.opt_steps
-          if sync_t(opt):
-            self.publish()
-          bar.update(opt - bar.n)
-          for hook, trigger in zip(hooks, triggers):
-            if trigger(opt):
-              hook.fn(self)
+        while self._step():
+          pass
         if run.failure is not None:
           raise run.failure
         if not run.interrupted and (stalled := dog.stall_at_end()) is not None:
@@ -509,37 +478,100 @@ class LearnerLoop:
         error = e
       finally:
         dog.stop()
-        bar.close()
-        if error is None and forced is None:  # (a forced stop may have lost the state mid-update)
-          self.publish()  # actors end on the final params
-        feed.stop()
-        worker.close(wait_pending=error is None and not run.interrupted)
-        error = error or worker.error  # an evaluation that failed after the loop's last look
-        try:
-          if error is None and not worker.alive:  # (the worker's own error is in error)
-            # The last evaluation may predate the last update call.
-            run.evaluate_final(
-                lambda: self.evaluator.evaluate(host_copy(learner.policy_params())),
-                self.env_steps)
-        except Exception as eval_error:
-          error = eval_error
-        finally:
-          if not worker.alive:  # (a forced stop may leave an evaluation running: no close
-            self.evaluator.close()  # under its feet; the daemon thread ends with the process)
-        try:
-          self._save("final")  # (after the numbered save in flight, if any)
-        except Exception as save_error:  # never mask the error that ended the run
-          error = error or save_error
-        run.record_error(error)
-        summary = self.summary()
-        run.write_summary(summary)
-        self.recorder.close()
-        feed.close()
+        summary, error = self._finish(error, forced)
     if error is not None:
       raise error
     if forced is not None:
       raise forced
     return summary
+
+  def _start(self) -> None:
+    """Publishes the first params, starts the feed and the evaluation thread, and sets the
+    hooks', the publication's and the progress bar's counters at the learner's steps."""
+    c, learner = self.config, self.learner
+    self.publish()  # version 0: actors start acting with the initial params
+    self.feed.start()  # (first: with pin_cpus, the threads created next inherit the learner's core)
+    self._worker = EvalWorker(self.evaluator, self._on_eval)
+    hooks = (Hook(c.eval_interval, self._evaluate, "evaluate"),
+             Hook(c.record_interval, self._record, "record"),
+             # (written in the background: the learner waits only for the copies)
+             Hook(c.save_interval, lambda loop: self._save(str(learner.opt_steps), True),
+                  "save"),
+             *self.user_hooks)
+    start = learner.opt_steps  # (> 0 for a resumed run: intervals continue from there)
+    triggers = [IntervalTrigger(h.interval, start) for h in hooks]
+    self._hook_triggers = list(zip(hooks, triggers))
+    self._sync_t = IntervalTrigger(self.sync_interval, start)
+    self._bar = progress_bar(c.max_opts, c.progress, initial=start)
+    self.source.start_clock()
+    self._last_record = (time.perf_counter(), self.inserted, self.env_steps, start)
+
+  def _step(self) -> bool:
+    """One pass of the loop: ingest and supervise; then an update call (with the publication
+    and the hooks it makes due) if the source can serve one, else ``feed.wait``. Returns
+    False, before ingesting, when the run should stop; raises an evaluation's error."""
+    learner, feed = self.learner, self.feed
+    # (lock-step: ingest is a no-op, so this answer still holds after it)
+    due = feed.finish_due_updates and self.can_update()
+    if not due and self.ledger.should_stop(self.env_steps):
+      return False
+    t0 = time.perf_counter()
+    feed.ingest(self)
+    t1 = time.perf_counter()
+    self.times["ingest"] += t1 - t0
+    feed.supervise()
+    if self._worker.error is not None:
+      raise self._worker.error
+    if not (due or self.can_update()):
+      feed.wait(self)
+      self.times["wait"] += time.perf_counter() - t1
+      return True
+    learner.step(self.source)
+    feed.waiting = False
+    opt = learner.opt_steps
+    if self._sync_t(opt):
+      self.publish()
+    bar = self._bar
+    bar.update(opt - bar.n)
+    for hook, trigger in self._hook_triggers:
+      if trigger(opt):
+        hook.fn(self)
+    return True
+
+  def _finish(self, error: BaseException | None, forced: KeyboardInterrupt | None
+              ) -> tuple[dict, BaseException | None]:
+    """The end of every run, whatever ended its steps (``error``, ``forced``): publishes the
+    final params (unless an error or a forced stop), stops the feed, closes the evaluation
+    thread, evaluates the final params, saves ``final`` and writes the summary. Returns the
+    summary and the error to raise: ``error``, else one met here (an evaluation's, the save's)."""
+    learner, run, feed, worker = self.learner, self.ledger, self.feed, self._worker
+    self._bar.close()
+    if error is None and forced is None:  # (a forced stop may have lost the state mid-update)
+      self.publish()  # actors end on the final params
+    feed.stop()
+    worker.close(wait_pending=error is None and not run.interrupted)
+    error = error or worker.error  # an evaluation that failed after the loop's last look
+    try:
+      if error is None and not worker.alive:  # (the worker's own error is in error)
+        # The last evaluation may predate the last update call.
+        run.evaluate_final(
+            lambda: self.evaluator.evaluate(host_copy(learner.policy_params())),
+            self.env_steps)
+    except Exception as eval_error:
+      error = eval_error
+    finally:
+      if not worker.alive:  # (a forced stop may leave an evaluation running: no close
+        self.evaluator.close()  # under its feet; the daemon thread ends with the process)
+    try:
+      self._save("final")  # (after the numbered save in flight, if any)
+    except Exception as save_error:  # never mask the error that ended the run
+      error = error or save_error
+    run.record_error(error)
+    summary = self.summary()
+    run.write_summary(summary)
+    self.recorder.close()
+    feed.close()
+    return summary, error
 
   def summary(self) -> dict:
     wall = time.perf_counter() - self.ledger.start

@@ -32,6 +32,7 @@ import numpy as np
 import tyro
 
 from jaxasync.agent import ActorContext, Agent, key_data
+from jaxasync.agents.learner_state import LearnerState
 from jaxasync.agents.normalization import (RunningMeanStd, init_running_stats, normalize,
                                            update_running_stats)
 from jaxasync.errors import ConfigError
@@ -262,13 +263,11 @@ class ActorCriticNetwork(nn.Module):
 
 
 @flax.struct.dataclass
-class ActorCriticState:
-  """The learner's state of IMPALA and PPO: a pytree (checkpointed leaf by leaf)."""
+class ActorCriticState(LearnerState):
+  """The learner's state of IMPALA and PPO: ``LearnerState``'s params, opt_state, opt_steps
+  (SGD steps for IMPALA, iterations for PPO) and key (PPO's minibatch shuffles), and the
+  observation statistics; a pytree (checkpointed leaf by leaf)."""
 
-  params: PyTree
-  opt_state: PyTree
-  opt_steps: jnp.ndarray  # int32 scalar: SGD steps (IMPALA) or PPO iterations taken
-  key: jnp.ndarray  # uint32[2] PRNG key data (PPO's minibatch shuffles)
   # The running observation statistics with ``normalize_observations``; None (no leaves, so
   # the state, its checkpoints and its updates are those of before) without.
   obs_stats: RunningMeanStd | None = None

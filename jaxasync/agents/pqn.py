@@ -29,7 +29,6 @@ import dataclasses
 from typing import Annotated, Any, Literal, NamedTuple, Sequence
 
 import chex
-import flax
 import gymnasium as gym
 import jax
 import jax.numpy as jnp
@@ -41,6 +40,7 @@ from jaxasync.agent import Agent, key_data
 from jaxasync.agents.actor_critic import batch_major, masked_mean
 from jaxasync.agents.dqn import greedy_q_metrics
 from jaxasync.agents.exploration import EpsilonGreedyActing
+from jaxasync.agents.learner_state import LearnerState
 from jaxasync.agents.minibatches import minibatch_epochs
 from jaxasync.agents.optimizers import adam_with_clipping
 from jaxasync.agents.q_network import QNetwork
@@ -186,14 +186,9 @@ def q_lambda_loss(q_tm1: jnp.ndarray, batch: QLambdaBatch) -> tuple[jnp.ndarray,
                 "target_mean": masked_mean(batch.target, batch.mask)}
 
 
-@flax.struct.dataclass
-class PQNState:
-  """The learner's state: a pytree (checkpointed leaf by leaf)."""
-
-  params: PyTree
-  opt_state: PyTree
-  opt_steps: jnp.ndarray  # int32 scalar: iterations taken
-  key: jnp.ndarray  # uint32[2] PRNG key data: the minibatch shuffles
+# The learner's state: params, opt_state, opt_steps (iterations taken) and key (the minibatch
+# shuffles); PQN keeps nothing more.
+PQNState = LearnerState
 
 
 class PQN(EpsilonGreedyActing, Agent):
