@@ -3,9 +3,10 @@
 ``<name>/state.msgpack`` holds the agent state's arrays keyed by their pytree paths plus the
 JSON meta (counters, the ledger, RNG states); ``meta.json`` is a human-readable copy. A
 checkpoint that resume can continue from also holds ``replay/`` (the data source's state:
-one ``.npy`` per array, memory-mappable, plus ``state.json`` for the rest; no pickle) and,
-for a lock-step run whose env pickles, ``actor.pkl`` (the in-thread actor's env, collector
-and generator, so that the run continues bit for bit).
+one ``.npy`` per array, memory-mappable, plus ``state.json`` for the rest; no pickle; a
+replay's arrays hold its filled slots only) and, for a lock-step run whose env pickles,
+``actor.pkl`` (the in-thread actor's env, collector and generator, so that the run continues
+bit for bit).
 
 Every file is written into ``.<name>.tmp-*``, fsynced, and the directory renamed to
 ``<name>`` (an existing one is moved aside first and deleted after): a killed save leaves a

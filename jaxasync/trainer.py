@@ -163,16 +163,20 @@ class Trainer:
 
   def _decide_save_replay(self) -> bool:
     """``RunConfig.save_replay``, with ``None`` (auto) meaning: when the data source's state
-    is at most 4 GiB and the disk has room for it twice over; says so when it is not."""
+    is at most 4 GiB and the disk has room for it twice over; says so when it is not. The
+    size is the most the run can fill: checkpoints hold a replay's filled slots, and
+    ``max_env_steps`` may stop a run before its replay is full."""
     c = self.config
     if c.save_replay is not None or not c.logdir:
       return bool(c.save_replay)
     size = self.source.nbytes
+    if c.max_env_steps is not None and isinstance(self.source, ReplaySource):
+      size = self.source.nbytes_within(c.max_env_steps)
     free = shutil.disk_usage(c.logdir).free
     if size <= 4 * 2**30 and 2 * size <= free:
       return True
-    logger.warning(f"checkpoints will not hold the replay ({size / 2**30:.1f} GiB; "
-                   f"{free / 2**30:.1f} GiB free): a resumed run refills it. Pass "
+    logger.warning(f"checkpoints will not hold the replay ({size / 2**30:.1f} GiB once "
+                   f"filled; {free / 2**30:.1f} GiB free): a resumed run refills it. Pass "
                    "save_replay=True to keep it anyway.")
     return False
 

@@ -68,6 +68,10 @@ def test_sync_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path):
   assert first.train()["opt_steps"] == 200
   assert (tmp_path / "split" / "final" / "replay" / "state.json").exists()
   meta = json.loads((tmp_path / "split" / "final" / "meta.json").read_text())
+  # The replay is saved as far as it is filled (not its capacity of 5,000): that is what the
+  # resumed run must continue from exactly.
+  arrays = (tmp_path / "split" / "final" / "replay" / "arrays").iterdir()
+  assert {np.load(p, mmap_mode="r").shape[0] for p in arrays} == {meta["inserted"]} != {5_000}
   second = _trainer(tmp_path / "split", 400, resume=True)
   summary = second.train()
   assert summary["resumes"] == 1 and summary["opt_steps"] == 400

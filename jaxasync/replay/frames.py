@@ -41,7 +41,7 @@ from jaxasync.collectors.frames import (PAD, STEP, TERMINATED, TRUNCATED, FrameR
                                         FrameStepProcessor)
 from jaxasync.collectors.returns import n_step_returns
 from jaxasync.replay.prioritized import PrioritizedReplayBuffer
-from jaxasync.replay.uniform import ReplayBuffer
+from jaxasync.replay.uniform import ReplayBuffer, check_saved_prefix, restore_prefix
 from jaxasync.types import Transition
 
 PyTree = Any
@@ -49,6 +49,9 @@ PyTree = Any
 # Position markers (real positions are >= 0).
 _BROKEN = -1  # the predecessor is unknown (a dropped chunk) or overwritten
 _START = -2  # before the first record of an episode
+# What a never-written slot holds in each array ``_arrays`` names (0 / False where absent):
+# ``load_state_dict`` blanks the slots a checkpoint does not hold with these.
+_BLANK = {"pos": _BROKEN, "prev": _BROKEN, "stack": _BROKEN, "boot": _BROKEN, "dep": _BROKEN}
 
 
 class FrameReplayBuffer(ReplayBuffer):
@@ -121,6 +124,11 @@ class FrameReplayBuffer(ReplayBuffer):
   @property
   def nbytes(self) -> int:
     return sum(x.nbytes for x in self._arrays().values())
+
+  def max_items(self, env_steps: int) -> int:
+    """The most records ``env_steps`` env steps can add: ``K + 1`` each, since an episode of
+    ``T`` steps is ``T + K`` records (``K - 1`` pads and the final frame)."""
+    return env_steps * (self._k + 1)
 
   @property
   def n_step(self) -> int | None:
@@ -337,7 +345,7 @@ class FrameReplayBuffer(ReplayBuffer):
   def sample_indices(self, batch_size: int) -> np.ndarray:
     """Live slots drawn uniformly with replacement, ``[batch_size]`` int64."""
     self._check_sample_size(batch_size)
-    filled = min(self._added_total, self._capacity)
+    filled = self.filled
     # Rejection sampling over the filled slots: almost all are live in a warm buffer.
     got, need = [], batch_size
     for _ in range(4):
@@ -382,21 +390,24 @@ class FrameReplayBuffer(ReplayBuffer):
 
   # --- checkpointing -------------------------------------------------------
   def state_dict(self) -> dict:
-    return {**{k: v.copy() for k, v in self._arrays().items()},
-            "streams": dict(self._streams), "n_step": self._n, "gamma": self._gamma,
-            "size": self._size, "added_total": self._added_total,
+    """A copy of the state; each array holds the ``filled`` slots only, ``[filled, ...]``
+    (records are written from slot 0 on, so the rest hold nothing)."""
+    n = self.filled
+    return {**{k: v[:n].copy() for k, v in self._arrays().items()},
+            "capacity": self._capacity, "streams": dict(self._streams), "n_step": self._n,
+            "gamma": self._gamma, "size": self._size, "added_total": self._added_total,
             "rng": self._rng.bit_generator.state}
 
   def load_state_dict(self, state: dict) -> None:
+    """Puts back a ``state_dict`` (or one with full-ring arrays ``[capacity, ...]``, as
+    checkpoints held before they were trimmed to ``filled``)."""
     arrays = self._arrays()
+    saved = {name: np.asarray(state[name]) for name in arrays}
+    filled = self._saved_filled(state, saved["frames"])
     for name, store in arrays.items():
-      x = np.asarray(state[name])
-      if x.shape != store.shape or x.dtype != store.dtype:
-        raise ValueError(f"replay state {name!r} is {x.shape} {x.dtype}, this buffer has "
-                         f"{store.shape} {store.dtype}; restore into a buffer built with the "
-                         "same example and capacity.")
+      check_saved_prefix(repr(name), saved[name], store, filled)
     for name, store in arrays.items():
-      store[...] = state[name]
+      restore_prefix(store, saved[name], _BLANK.get(name, 0))
     self._streams = dict(state["streams"])
     self._n, self._gamma = state["n_step"], state["gamma"]
     self._size, self._added_total = int(state["size"]), int(state["added_total"])

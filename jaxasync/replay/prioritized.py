@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from jaxasync.replay.sum_tree import SumTree
-from jaxasync.replay.uniform import ReplayBuffer
+from jaxasync.replay.uniform import ReplayBuffer, restore_prefix
 
 PyTree = Any
 
@@ -207,10 +207,13 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
   # --- checkpointing -------------------------------------------------------
   def state_dict(self) -> dict:
+    """The uniform buffer's state plus the stored priorities ``(p + eps)^alpha`` and the
+    write generations, ``[filled]`` each (slots never written hold 0 in both)."""
     state = super().state_dict()
+    n = self.filled
     state.update(
-        priorities=self._tree.get(np.arange(self._capacity)),
-        generation=self._generation.copy(),
+        priorities=self._tree.get(np.arange(n)),
+        generation=self._generation[:n].copy(),
         max_priority=self._max_priority,
         alpha=self._alpha, eps=self._eps, beta=self._beta)
     return state
@@ -224,12 +227,18 @@ class PrioritizedReplayBuffer(ReplayBuffer):
           f"has alpha={self._alpha}, eps={self._eps}; build the replay with the same ones.")
     priorities = np.asarray(state["priorities"], np.float64)
     generation = np.asarray(state["generation"], np.int64)
-    if priorities.shape != (self._capacity,) or generation.shape != (self._capacity,):
-      raise ValueError(
-          f"checkpoint priorities {priorities.shape} / generation {generation.shape} do "
-          f"not match capacity {self._capacity}.")
+    filled = min(int(state["added_total"]), self._capacity)
+    for name, x in (("priorities", priorities), ("generation", generation)):
+      if x.ndim != 1 or not filled <= x.shape[0] <= self._capacity:
+        raise ValueError(
+            f"checkpoint {name} {x.shape} do not fit capacity {self._capacity} with "
+            f"{filled} slots filled.")
     super().load_state_dict(state)
-    self._tree.update(np.arange(self._capacity), priorities)
-    self._generation[...] = generation
+    # Every leaf is written, the unsaved ones as 0, so that no slot keeps mass from before
+    # the load; each node is then the sum of its children, as in the saved tree.
+    leaves = np.zeros(self._capacity, np.float64)
+    leaves[:priorities.shape[0]] = priorities
+    self._tree.update(np.arange(self._capacity), leaves)
+    restore_prefix(self._generation, generation, 0)
     self._max_priority = float(state["max_priority"])
     self.beta = float(state["beta"])

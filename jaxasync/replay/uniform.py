@@ -61,6 +61,12 @@ class ReplayBuffer:
     return self._rng.bit_generator.state
 
   @property
+  def filled(self) -> int:
+    """Slots written at least once: ``[0, filled)``, since writing starts at slot 0 and goes
+    round (``capacity`` once the ring has wrapped)."""
+    return min(self._added_total, self._capacity)
+
+  @property
   def nbytes(self) -> int:
     """Bytes held by the preallocated storage."""
     return sum(x.nbytes for x in self._storage)
@@ -68,6 +74,11 @@ class ReplayBuffer:
   @property
   def bytes_per_item(self) -> float:
     return self.nbytes / self._capacity
+
+  def max_items(self, env_steps: int) -> int:
+    """The most items ``env_steps`` env steps can add: one each (an n-step collector emits
+    at most one transition per env step)."""
+    return env_steps
 
   # --- writing -------------------------------------------------------------
   def _check_chunk(self, chunk: PyTree) -> list[np.ndarray]:
@@ -146,18 +157,58 @@ class ReplayBuffer:
 
   # --- checkpointing -------------------------------------------------------
   def state_dict(self) -> dict:
+    """A copy of the state. Its arrays hold the ``filled`` slots only, leaves
+    ``[filled, *item_shape]``: a checkpoint of a partly filled ring costs what it stores,
+    not its capacity (slots past ``filled`` hold nothing: ``load_state_dict`` blanks them)."""
+    n = self.filled
     return {
-        "storage": [x.copy() for x in self._storage], "next": self._next, "size": self._size,
-        "added_total": self._added_total, "rng": self._rng.bit_generator.state}
+        "capacity": self._capacity, "storage": [x[:n].copy() for x in self._storage],
+        "next": self._next, "size": self._size, "added_total": self._added_total,
+        "rng": self._rng.bit_generator.state}
 
   def load_state_dict(self, state: dict) -> None:
-    stored = state["storage"]
-    if len(stored) != len(self._storage) or any(
-        np.shape(x) != s.shape or np.asarray(x).dtype != s.dtype for x, s in zip(stored, self._storage)):
+    """Puts back a ``state_dict``: this buffer then samples and inserts exactly as the saved
+    one would have. Takes full-ring arrays ``[capacity, ...]`` too (what checkpoints held
+    before they were trimmed to ``filled``)."""
+    stored = [np.asarray(x) for x in state["storage"]]
+    filled = self._saved_filled(state, stored[0] if stored else None)
+    if len(stored) != len(self._storage):
       raise ValueError("replay state does not match this buffer's capacity, structure or dtypes; "
                        "restore into a buffer built with the same example and capacity.")
-    for store, x in zip(self._storage, stored):
-      store[...] = x
+    for i, (x, store) in enumerate(zip(stored, self._storage)):
+      check_saved_prefix(f"storage leaf {i}", x, store, filled)
+    for x, store in zip(stored, self._storage):
+      restore_prefix(store, x, 0)
     self._next, self._size = int(state["next"]), int(state["size"])
     self._added_total = int(state["added_total"])
     self._rng.bit_generator.state = state["rng"]
+
+  def _saved_filled(self, state: dict, first: np.ndarray | None) -> int:
+    """The saved buffer's ``filled``, once its capacity is checked to be this one's (a state
+    without ``capacity`` holds full rings: its arrays' length is the capacity)."""
+    saved = state.get("capacity", None if first is None else len(first))
+    if saved is None or int(saved) != self._capacity:
+      raise ValueError(
+          f"replay state has capacity {saved}, this buffer {self._capacity}; restore into a "
+          "buffer built with the same example and capacity.")
+    return min(int(state["added_total"]), self._capacity)
+
+
+def check_saved_prefix(name: str, x: np.ndarray, store: np.ndarray, filled: int) -> None:
+  """Raises ``ValueError`` unless ``x`` fits ``store`` ``[capacity, ...]`` as a saved prefix:
+  its first ``n`` slots, ``filled <= n <= capacity``, same item shape and dtype."""
+  n = x.shape[0] if x.ndim else -1
+  if (x.shape[1:] != store.shape[1:] or x.dtype != store.dtype
+      or not filled <= n <= store.shape[0]):
+    raise ValueError(
+        f"replay state {name} is {x.shape} {x.dtype}; this buffer needs ({filled} to "
+        f"{store.shape[0]}, *{store.shape[1:]}) {store.dtype}. Restore into a buffer built "
+        "with the same example and capacity.")
+
+
+def restore_prefix(store: np.ndarray, x: np.ndarray, blank) -> None:
+  """Copies a saved prefix ``x`` ``[n, ...]`` into ``store`` ``[capacity, ...]`` and sets the
+  rest to ``blank``, what a never-written slot holds."""
+  n = x.shape[0]
+  store[:n] = x
+  store[n:] = blank

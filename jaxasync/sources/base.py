@@ -39,7 +39,7 @@ class DataSource(Protocol):
     warmup_items: items it must hold before the first call (a replay's warmup; 0 for a
       queue), which the stall watchdog names when the run is stuck filling it.
     time_sample: seconds spent in ``sample``.
-    nbytes: bytes its ``state_dict`` holds (whether checkpoints can afford it).
+    nbytes: the most bytes its ``state_dict`` holds (whether checkpoints can afford it).
   """
 
   updates_per_call: int

@@ -301,12 +301,20 @@ class ReplaySource:
   # --- resume ------------------------------------------------------------------------------
   @property
   def nbytes(self) -> int:
-    """Bytes a ``state_dict`` holds (the replay's storage)."""
+    """Bytes a ``state_dict`` holds at most: the replay's storage once full (it holds the
+    replay's filled slots only)."""
     return int(self.replay.nbytes)
 
+  def nbytes_within(self, env_steps: int) -> int:
+    """Bytes a ``state_dict`` holds at most once ``env_steps`` env steps in all were added:
+    the replay's filled slots, no more than those steps can fill."""
+    items = min(self.replay.capacity, self.replay.max_items(env_steps))
+    return int(self.replay.bytes_per_item * items)
+
   def state_dict(self) -> dict:
-    """The replay's contents (a copy: cursor, priorities, its generator) and the counts the
-    limiter reads; what a resumed run needs to sample exactly as this one would have."""
+    """The replay's contents (a copy of its filled slots: cursor, priorities, its generator)
+    and the counts the limiter reads; what a resumed run needs to sample exactly as this one
+    would have."""
     return {"replay": self.replay.state_dict(), "inserted": self.inserted,
             "sampled": self.sampled, "env_steps": self.env_steps,
             **(self.limiter.state_dict() if self.limiter is not None else {})}
