@@ -105,7 +105,10 @@ class RunArgs:
     them), else the class's."""
     presets = getattr(sys.modules[type(self).__module__], "PRESETS", None)
     preset = getattr(self, "preset", None)
-    return presets[preset]() if presets and preset else type(self)()
+    base = presets[preset]() if presets and preset else type(self)()
+    # With --config the flags were parsed over the saved run's settings: what the file set
+    # is a default too, not something the user typed.
+    return config_defaults(self.config, base) if self.config else base
 
   @property
   def logdir(self) -> str:
@@ -435,14 +438,21 @@ def provenance() -> dict:
   try:
     git = lambda *a: subprocess.run(["git", "-C", str(source), *a], capture_output=True,
                                      text=True, timeout=10)
-    out = git("rev-parse", "HEAD")
-    if out.returncode == 0:
-      commit = out.stdout.strip()
-      dirty = bool(git("status", "--porcelain", "--untracked-files=no").stdout.strip())
+    # Only a checkout of jaxasync itself: an installed package's site-packages may sit inside
+    # another project's repository (a venv in a checkout), whose commit says nothing here.
+    if git("ls-files", "--error-unmatch", "jaxasync/__init__.py").returncode == 0:
+      out = git("rev-parse", "HEAD")
+      status = git("status", "--porcelain", "--untracked-files=no")
+      if out.returncode == 0:
+        commit = out.stdout.strip()
+        dirty = bool(status.stdout.strip()) if status.returncode == 0 else None
   except (OSError, subprocess.TimeoutExpired):  # (no git on this machine)
     pass
+  environment = {k: v for k, v in os.environ.items()
+                 if k == "XLA_FLAGS" or k.startswith(("JAX_", "XLA_PYTHON_"))}
   return {"versions": versions, "devices": [str(d) for d in jax.devices()],
-          "machine": platform.machine(), "git_commit": commit, "git_dirty": dirty}
+          "machine": platform.machine(), "environment": environment, "git_commit": commit,
+          "git_dirty": dirty}
 
 
 def saved_config(args: RunArgs) -> tuple[Path, dict] | None:
@@ -724,7 +734,8 @@ def deterministic(args: RunArgs) -> RunArgs:
   given is refused) and XLA's deterministic ops (``use_deterministic_xla``)."""
   if not args.deterministic:
     return args
-  if args.actors.mode not in ("auto", "sync"):
+  # (a mode the defaults set, a saved run's with --config, gives way; one typed is refused)
+  if args.actors.mode not in ("auto", "sync", args.preset_defaults().actors.mode):
     raise ja.ConfigError(f"--deterministic runs the actor in lock-step with the learner, and "
                          f"--mode {args.actors.mode} runs actors beside it, whose timing changes "
                          "what is learnt; pass --mode sync (or no --mode), or drop "
@@ -749,8 +760,12 @@ def use_deterministic_xla(environ: dict | None = None) -> None:
   missing = [w for w in DETERMINISTIC_XLA_FLAGS if w not in flags]
   if not missing:
     return
-  from jax._src import xla_bridge
-  if not xla_bridge.backends_are_initialized():
+  try:  # (private: where jax says whether its backends started)
+    from jax._src import xla_bridge
+    started = xla_bridge.backends_are_initialized()
+  except (ImportError, AttributeError):  # another jax: assume not started, as on the command
+    started = False                      # line, where nothing runs jax before the run
+  if not started:
     environ["XLA_FLAGS"] = " ".join([*flags, *missing])
     return
   import jax
@@ -796,6 +811,7 @@ def _run(args: RunArgs, title: str, agent_cls: type[ja.Agent], agent_cfg: Any,
   # that would make its corrected rerun need --overwrite.
   run_config.validate()
   actors.validate()
+  agent.data.check_actors(actors)
   if args.capture_video < 0:
     raise ja.ConfigError(f"capture_video must be >= 0 evaluations (0: no videos), got "
                          f"{args.capture_video}.")

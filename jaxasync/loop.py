@@ -27,6 +27,7 @@ from jaxasync.actor import Actor
 from jaxasync.actor_manager import Actors, ActorStats
 from jaxasync.config import RunConfig
 from jaxasync.evaluator import Evaluator
+from jaxasync.faults import logger
 from jaxasync.hooks import EvalWorker, Hook, IntervalTrigger, progress_bar
 from jaxasync.ledger import RunLedger
 from jaxasync.learner import Learner
@@ -157,14 +158,19 @@ class LockstepFeed:
       return False
     try:
       state = pickle.loads(state)  # (this run's own checkpoint)
-    except (ImportError, AttributeError, TypeError, pickle.UnpicklingError):
-      # Saved by another jaxasync version, whose collector classes lived elsewhere or held
-      # other fields: the episodes in progress are not continued (restore lists them).
+      env, collector, rng = state["env"], state["collector"], state["rng"]
+      actor_state, env_steps, seq = state["actor_state"], state["env_steps"], state["seq"]
+    except (ImportError, AttributeError, TypeError, KeyError, EOFError,
+            pickle.UnpicklingError) as e:
+      # Saved by another jaxasync version, whose collector classes lived elsewhere: the
+      # episodes in progress are not continued (restore lists them as not restored).
+      logger.warning(f"the lock-step actor's episodes in progress could not be read back "
+                     f"({type(e).__name__}: {e}); they start afresh")
       return False
     a = self.actor
     a.env.close()
-    a.env, a.collector, a.rng = state["env"], state["collector"], state["rng"]
-    a.actor_state, a.env_steps, a._seq = state["actor_state"], state["env_steps"], state["seq"]
+    a.env, a.collector, a.rng = env, collector, rng
+    a.actor_state, a.env_steps, a._seq = actor_state, env_steps, seq
     return True
 
   def metrics(self) -> dict[str, float]:

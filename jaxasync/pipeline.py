@@ -68,6 +68,10 @@ class DataPipeline(abc.ABC):
   def starved_hint(self) -> str:
     """What to change when a run ended before its first SGD step."""
 
+  def check_actors(self, actors: ActorsConfig) -> None:
+    """Raises ``ConfigError`` for an arrangement of ``actors`` this pipeline cannot be fed
+    by (called before the run directory is touched); any arrangement, unless overridden."""
+
 
 @dataclasses.dataclass(frozen=True)
 class ReplayConfig(DataPipeline):
@@ -231,9 +235,7 @@ class UnrollConfig(DataPipeline):
                         "replay; drop the replay argument.")
     return functools.partial(_unroll_collector, self.unroll_length, agent.extras_example())
 
-  def make_source(self, agent: "Agent", run: RunConfig, actors: ActorsConfig,
-                  replay: Any = None) -> Any:
-    from jaxasync.sources.queue import QueueSource
+  def check_actors(self, actors: ActorsConfig) -> None:
     lag = self.max_policy_lag
     if not actors.lockstep and lag is not None and actors.sync_interval > lag:
       # Actors get new params only every sync_interval SGD steps, so every unroll would be
@@ -244,6 +246,11 @@ class UnrollConfig(DataPipeline):
           f"than max_policy_lag={lag}, so every unroll would go stale before the actors get "
           "new params: set sync_interval to 1 (on-policy learning wants the freshest params) "
           "or raise max_policy_lag.")
+
+  def make_source(self, agent: "Agent", run: RunConfig, actors: ActorsConfig,
+                  replay: Any = None) -> Any:
+    from jaxasync.sources.queue import QueueSource
+    self.check_actors(actors)
     # Room for two update calls: one being learnt from, the next arriving. More would only
     # hold older data (on-policy learning wants the freshest) and hide back-pressure.
     k, batch = run.updates_per_call, agent.batch_size

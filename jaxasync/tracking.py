@@ -63,8 +63,13 @@ class WandbRecorder:
     pass
 
   def finish(self, failed: bool = False) -> None:
+    """Ends the W&B run and waits until it is on disk: ``run.finish`` can return before
+    wandb's service has written the run's records (an offline run read back at once then held
+    its header only, one time in four here); ``wandb.teardown`` flushes and stops that service
+    (the next ``wandb.init`` starts another)."""
     with self._lock:
       self.run.finish(exit_code=1 if failed else 0)
+      import_wandb().teardown()
 
 
 def start(logdir: str | os.PathLike, config: dict, project: str, entity: str | None
@@ -72,6 +77,10 @@ def start(logdir: str | os.PathLike, config: dict, project: str, entity: str | N
   """A W&B run named after ``logdir`` (its directory under ``<logdir>/wandb``) with
   ``config`` (the run's flags, dotted as in config.json), as a recorder."""
   wandb = import_wandb()
-  run = wandb.init(project=project, entity=entity, name=Path(logdir).name, dir=str(logdir),
-                   config=config)
+  try:
+    run = wandb.init(project=project, entity=entity, name=Path(logdir).name, dir=str(logdir),
+                     config=config)
+  except Exception as e:  # (no login, no network, a refused project: wandb's own errors)
+    raise ConfigError(f"--track could not start a W&B run ({type(e).__name__}: {e}); run "
+                      "`wandb login`, set WANDB_MODE=offline, or drop --track.") from None
   return WandbRecorder(run)

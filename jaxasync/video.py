@@ -171,7 +171,11 @@ class VideoHook:
         self.written.append(write_video(self.directory / f"{opt_steps}{self.suffix}", frames,
                                         self.fps))
         if self.tensorboard is not None:
-          self.tensorboard.video("eval/video", frames, opt_steps, self.fps)
+          try:  # (the file is the video; TensorBoard's copy must not fail the run)
+            self.tensorboard.video("eval/video", frames, opt_steps, self.fps)
+          except Exception as e:
+            logger.warning(f"the video of SGD step {opt_steps} did not reach TensorBoard "
+                           f"({type(e).__name__}: {e})")
       except Exception as e:  # kept for close(); the run goes on
         logger.warning(f"the video of SGD step {job[1]} could not be recorded "
                        f"({type(e).__name__}: {e})")
@@ -184,6 +188,7 @@ class VideoHook:
     """Ends the recording thread; with ``wait``, after the videos in flight, then raises the
     first failure (without: drops what is queued, for a run that is ending on an error)."""
     if not wait:
+      self.tensorboard = None  # (a recording still running must not reopen the closed writer)
       while True:
         try:
           self._jobs.get_nowait()

@@ -304,6 +304,13 @@ def row_command(settings: dict, values: dict) -> list[str]:
           *bl.MODES[settings["mode"]], *run_flags(values, settings["extra"])]
 
 
+def rerun_command(settings: dict, command: list[str], config: Path) -> list[str]:
+  """``command`` (``row_command``'s) as a rerun of a saved run: the row's ``VAR=value``
+  words, python and the script, then ``--config config``."""
+  script = len(bl.ROWS[settings["row"]].env) + 2
+  return [*command[:script], "--config", str(config)]
+
+
 def make_objective(optuna, settings: dict, params: list[Param], out: Path, timeout: float,
                    git: dict):
   """The trial function: sample, run each seed in turn, report, prune, score."""
@@ -398,7 +405,7 @@ def best_record(optuna, study, settings: dict) -> dict | None:
   # The first seed's run of the best trial saved every setting it ran with: the experiment
   # reruns it from that file (--config), with --seed S for another seed.
   config = Path(best.user_attrs["runs"][0]["logdir"]) / "config.json"
-  rerun = [*command[:2], "--config", str(config)] if config.is_file() else None
+  rerun = rerun_command(settings, command, config) if config.is_file() else None
   return {"study": study.study_name, "trial": best.number, "metric": settings["metric"],
           "objective": best.value, "params": best.params, "seeds": settings["seeds"],
           "command": shlex.join(command), "argv": command,

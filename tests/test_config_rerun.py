@@ -210,3 +210,16 @@ def test_the_config_records_what_ran_it(tmp_path):
     assert isinstance(record["git_dirty"], bool)
   else:
     assert record["git_commit"] is None
+
+
+def test_a_rerun_in_lockstep_does_not_refuse_what_the_file_set(tmp_path):
+  # The saved run had two actor processes; --config F --deterministic reruns it lock-step, and
+  # num_actors=2 came from the file, not from the user: it gives way as a preset's would.
+  saved = _saved(dqn, tmp_path, dqn.Args(actors=ja.ActorsConfig(mode="process", num_actors=2,
+                                                                 sync_interval=10)))
+  args = experiment.parse_args(dqn.Args, ["--config", str(saved), "--deterministic"], None)
+  assert args.actors.num_actors == 2 and args.preset_defaults().actors.num_actors == 2
+  actors = experiment.lockstep_actors(experiment.deterministic(args).actors,
+                                      args.preset_defaults().actors)
+  actors.validate()  # (refused before: "ignores num_actors=2")
+  assert actors.lockstep and actors.num_actors == ja.ActorsConfig().num_actors

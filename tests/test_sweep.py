@@ -77,6 +77,9 @@ def test_the_best_command_carries_the_rows_environment():
   command = sw.row_command(settings, {"agent.n-step": 3})
   assert command[0].startswith("XLA_FLAGS=") and command[1] == "python"
   assert command[-2:] == ["--agent.n-step", "3"]
+  rerun = sw.rerun_command(settings, command, Path("c.json"))
+  assert rerun[0].startswith("XLA_FLAGS=") and rerun[1:] == [
+      "python", "experiments/dqn.py", "--config", "c.json"]
 
 
 def test_flags_and_their_order():

@@ -127,9 +127,11 @@ class StepProcessor(ProcessorBase):
           "extras passed to a StepProcessor built without extras_example, or the reverse: "
           "build it with the agent's extras_example() (the Trainer does).")
     ext = None if extras is None else jax.tree_util.tree_leaves(extras)
-    # The cost of a step is numpy call overhead (a few envs, tiny arrays): the paths below
-    # are the one general computation (the last one) specialised to fewer operations for
-    # the common cases, with the same outputs in the same order.
+    # The cost of a step is numpy call overhead (a few envs, tiny arrays). Every path takes
+    # its returns from n_step_returns, the one n-step computation, which costs ~5-10 us per
+    # vector step more than the hand-specialised paths it replaced (8 envs: 12 us at n=1,
+    # 31-35 us at n=3-5, against ~140 us for a CartPole env step and ~250 us for a policy
+    # call on this CPU).
     action, reward, next_obs = np.asarray(action), np.asarray(reward), np.asarray(next_obs)
     terminated, truncated = np.asarray(terminated), np.asarray(truncated)
     if terminated.dtype != bool or truncated.dtype != bool:
