@@ -463,87 +463,166 @@ def machine_info() -> dict:
           "loadavg_start": os.getloadavg() if hasattr(os, "getloadavg") else None}
 
 
-def main(args: Args) -> dict:
-  start, machine = time.perf_counter(), machine_info()
-  ja.check_env_id(args.env_id)
-  env = ja.EnvFactory(args.env_id)
-  obs_space, action_space = ja.envs.spaces_of(env)
+def agent_class_and_config(args: Args) -> tuple[type, object]:
+  """The agent --agent names, with the settings every measurement uses."""
   if args.agent == "impala":
     # experiments/impala.py's CartPole agent (one unroll of 5 steps per SGD step, tanh torsos);
     # no policy-lag bound (UnrollConfig's default), so that no unroll is dropped.
-    agent_cls, agent_config = ja.IMPALA, ja.IMPALAConfig(
+    return ja.IMPALA, ja.IMPALAConfig(
         hidden_sizes=tuple(args.hidden_sizes), batch_size=1, learning_rate=7e-4,
         entropy_cost=0.0, activation="tanh", orthogonal_init=True, max_grad_norm=1.0,
         data=ja.UnrollConfig(unroll_length=5))
-  else:
-    agent_cls, agent_config = ja.DQN, ja.DQNConfig(hidden_sizes=tuple(args.hidden_sizes),
-                                                   batch_size=args.batch_size)
+  return ja.DQN, ja.DQNConfig(hidden_sizes=tuple(args.hidden_sizes), batch_size=args.batch_size)
+
+
+def build_agent(args: Args) -> tuple[object, functools.partial, object, ja.EnvFactory]:
+  """The env factory, the agent's config and factory, and one agent built from it."""
+  ja.check_env_id(args.env_id)
+  env = ja.EnvFactory(args.env_id)
+  obs_space, action_space = ja.envs.spaces_of(env)
+  agent_cls, agent_config = agent_class_and_config(args)
   agent_factory = functools.partial(agent_cls, agent_config, obs_space, action_space, args.env_id)
-  agent = agent_factory()
+  return agent_config, agent_factory, agent_factory(), env
+
+
+def print_header(args: Args) -> None:
   print(f"jaxasync throughput on {args.env_id}: {args.duration:g} s per figure after {args.warmup:g} s "
         f"warm-up, {args.repeats} repeat(s); jax {jax.default_backend()} {jax.devices()}, "
         f"{os.cpu_count()} CPUs", flush=True)
 
-  replay = None
+
+# Each measure_*_variant gives one repeat's figures as (name, figure) pairs, in the order measured
+# (a list, not a dict: a device count named twice is measured, and kept, twice), and the text of
+# its progress line.
+def measure_actor_variant(args: Args, agent_factory, agent, env: ja.EnvFactory
+                          ) -> tuple[list[tuple[str, dict]], str]:
+  """(a): the actor, then the bare loop."""
+  actor = measure_actor(args, agent_factory, env)
+  bare = measure_bare(args, agent, env)
+  shown = (f"actor {actor['env_steps_per_sec']:,.0f} bare {bare['env_steps_per_sec']:,.0f} "
+           "env-steps/s")
+  return [("actor", actor), ("bare", bare)], shown
+
+
+def measure_learner_variant(args: Args, agent, replay: ja.ReplayBuffer
+                            ) -> tuple[list[tuple[str, dict]], str]:
+  """(b): the Learner, the pure update, then (h) the Learner on each --learner-devices count."""
+  learner = measure_learner(args, agent, replay)
+  pure = measure_pure(args, agent, replay)
+  figs = [("learner", learner), ("pure", pure)]
+  shown = (f"learner {learner['opt_steps_per_sec']:,.0f} pure {pure['opt_steps_per_sec']:,.0f} "
+           "opt-steps/s")
+  for n in args.learner_devices:
+    fig = measure_learner(args, agent, replay, num_devices=n)
+    figs.append((f"learner_{n}dev", fig))
+    shown += f" | {n} device(s) {fig['opt_steps_per_sec']:,.0f}"
+  return figs, shown
+
+
+def measure_trainer_variant(args: Args, agent_factory, env: ja.EnvFactory, variant: str
+                            ) -> tuple[list[tuple[str, dict]], str]:
+  """(c)-(f): the trainer of ``variant``; for 'ray' then one Ray actor alone."""
+  fig = (measure_sync(args, agent_factory, env) if variant == "sync"
+         else measure_async(args, agent_factory, env, variant))
+  figs = [(variant, fig)]
+  shown = f"{fig['env_steps_per_sec']:,.0f} env-steps/s {fig['opt_steps_per_sec']:,.0f} opt-steps/s"
+  if variant == "ray":
+    ray_actor = measure_ray_actor(args, agent_factory, env)
+    figs.append(("ray_actor", ray_actor))
+    shown += f" | ray_actor alone {ray_actor['env_steps_per_sec']:,.0f} env-steps/s"
+  return figs, shown
+
+
+def measure_variants(args: Args, agent_factory, agent, env: ja.EnvFactory) -> dict[str, list[dict]]:
+  """Every figure of --variants, --repeats times, interleaved (repeat 1 of every variant, then
+  repeat 2, ...), with a progress line after each variant; each figure's repeats by name."""
+  # Filled once, on the first 'learner' measurement, so its filling counts in that line's time.
+  replay = functools.cache(lambda: filled_replay(agent, env, 50_000, args.seed))
   runs: dict[str, list[dict]] = {}
   for r in range(args.repeats):
     for variant in args.variants:
+      if variant == "learner" and args.agent != "dqn":
+        continue  # a replay measurement
       t0 = time.perf_counter()
       if variant == "actor":
-        runs.setdefault("actor", []).append(measure_actor(args, agent_factory, env))
-        runs.setdefault("bare", []).append(measure_bare(args, agent, env))
-        shown = f"actor {runs['actor'][-1]['env_steps_per_sec']:,.0f} bare {runs['bare'][-1]['env_steps_per_sec']:,.0f} env-steps/s"
-      elif variant == "learner" and args.agent != "dqn":
-        continue  # a replay measurement
+        figs, shown = measure_actor_variant(args, agent_factory, agent, env)
       elif variant == "learner":
-        replay = replay or filled_replay(agent, env, 50_000, args.seed)
-        runs.setdefault("learner", []).append(measure_learner(args, agent, replay))
-        runs.setdefault("pure", []).append(measure_pure(args, agent, replay))
-        shown = f"learner {runs['learner'][-1]['opt_steps_per_sec']:,.0f} pure {runs['pure'][-1]['opt_steps_per_sec']:,.0f} opt-steps/s"
-        for n in args.learner_devices:
-          fig = measure_learner(args, agent, replay, num_devices=n)
-          runs.setdefault(f"learner_{n}dev", []).append(fig)
-          shown += f" | {n} device(s) {fig['opt_steps_per_sec']:,.0f}"
+        figs, shown = measure_learner_variant(args, agent, replay())
       else:
-        fig = (measure_sync(args, agent_factory, env) if variant == "sync"
-               else measure_async(args, agent_factory, env, variant))
-        runs.setdefault(variant, []).append(fig)
-        shown = f"{fig['env_steps_per_sec']:,.0f} env-steps/s {fig['opt_steps_per_sec']:,.0f} opt-steps/s"
-        if variant == "ray":
-          runs.setdefault("ray_actor", []).append(measure_ray_actor(args, agent_factory, env))
-          shown += f" | ray_actor alone {runs['ray_actor'][-1]['env_steps_per_sec']:,.0f} env-steps/s"
+        figs, shown = measure_trainer_variant(args, agent_factory, env, variant)
+      for name, fig in figs:
+        runs.setdefault(name, []).append(fig)
       print(f"  repeat {r + 1}/{args.repeats} {variant:8s} {shown}  ({time.perf_counter() - t0:.1f} s)",
             flush=True)
+  return runs
 
-  med = {name: median_of(rs) for name, rs in runs.items()}
-  rate = lambda name, key: med.get(name, {}).get(key)
-  actor_alone, learner_alone = rate("actor", "env_steps_per_sec"), rate("learner", "opt_steps_per_sec")
+
+def median_rate(med: dict, name: str, key: str) -> float | None:
+  """``med[name][key]``, None where that figure was not measured."""
+  return med.get(name, {}).get(key)
+
+
+def rate_ratios(med: dict) -> dict:
+  """actor / bare, learner / pure, and each trainer's env-steps/s over the actor alone's."""
+  actor_alone = median_rate(med, "actor", "env_steps_per_sec")
   ratios = {}
   if "actor" in med:
-    ratios["actor_over_bare"] = actor_alone / rate("bare", "env_steps_per_sec")
+    ratios["actor_over_bare"] = actor_alone / median_rate(med, "bare", "env_steps_per_sec")
   if "learner" in med:
-    ratios["learner_over_pure"] = learner_alone / rate("pure", "opt_steps_per_sec")
+    ratios["learner_over_pure"] = (median_rate(med, "learner", "opt_steps_per_sec")
+                                   / median_rate(med, "pure", "opt_steps_per_sec"))
   for name in ("sync", *ASYNC_VARIANTS):  # how much of the actor's own rate each keeps
     if name in med and actor_alone:
       ratios[f"{name}_over_actor"] = med[name]["env_steps_per_sec"] / actor_alone
+  return ratios
+
+
+def overlap_efficiency(med: dict) -> dict:
+  """Per trainer: env-steps/s / (a) + opt-steps/s / (b) (needs both measured)."""
+  actor_alone = median_rate(med, "actor", "env_steps_per_sec")
+  learner_alone = median_rate(med, "learner", "opt_steps_per_sec")
   overlap = {}
   for name in ("sync", *ASYNC_VARIANTS):
     if name in med and actor_alone and learner_alone:
       overlap[name] = (med[name]["env_steps_per_sec"] / actor_alone
                        + med[name]["opt_steps_per_sec"] / learner_alone)
+  return overlap
 
+
+def run_solves(args: Args, agent_factory, env: ja.EnvFactory, overlap: dict) -> dict[str, list[dict]]:
+  """(g): --solve-seeds runs of sync and of the async variant with the best overlap efficiency
+  (process where none was measured), with a progress line after each."""
   solves: dict[str, list[dict]] = {}
-  if args.solve_seeds > 0:
-    measured = [v for v in ASYNC_VARIANTS if v in overlap]
-    best = max(measured, key=overlap.get) if measured else "process"
-    for variant in ("sync", best):
-      for seed in range(args.solve_seeds):
-        res = solve(args, agent_factory, env, variant, seed)
-        solves.setdefault(variant, []).append(res)
-        print(f"  solve {variant:8s} seed {seed}: solved={res['solved']} at {res['env_steps']:,} env "
-              f"steps, {res['wall_s']:.1f} s (call {res['total_wall_s']:.1f} s)", flush=True)
+  if args.solve_seeds <= 0:
+    return solves
+  measured = [v for v in ASYNC_VARIANTS if v in overlap]
+  best = max(measured, key=overlap.get) if measured else "process"
+  for variant in ("sync", best):
+    for seed in range(args.solve_seeds):
+      res = solve(args, agent_factory, env, variant, seed)
+      solves.setdefault(variant, []).append(res)
+      print(f"  solve {variant:8s} seed {seed}: solved={res['solved']} at {res['env_steps']:,} env "
+            f"steps, {res['wall_s']:.1f} s (call {res['total_wall_s']:.1f} s)", flush=True)
+  return solves
 
-  # --- the table --------------------------------------------------------------------------------
+
+# --- the report -----------------------------------------------------------------------------------
+def table_ratio(name: str, ratios: dict) -> float | None:
+  """A table row's ratio column: actor / bare, learner / pure, a trainer's over the actor."""
+  return {"actor": ratios.get("actor_over_bare"),
+          "learner": ratios.get("learner_over_pure")}.get(name, ratios.get(f"{name}_over_actor"))
+
+
+def stages_text(name: str, m: dict) -> str:
+  """A table row's time fractions, and for async trainers the queue length and policy lag."""
+  stages = " ".join(f"{k}={v:.2f}" for k, v in m.get("stage_fractions", {}).items())
+  if "queue_length_mean" in m and name != "sync":
+    stages += f" | queue {m['queue_length_mean']:.0f} lag {m['policy_lag_mean']:.0f}"
+  return stages
+
+
+def print_table(args: Args, med: dict, ratios: dict, overlap: dict) -> None:
+  """The medians' table: one row per measured figure of (a)-(f)."""
   print(f"\nmedians of {args.repeats} repeat(s), {args.duration:g} s windows "
         f"({args.num_actors} actor(s) x {args.envs_per_actor} envs, sync {args.sync_num_envs} envs, "
         f"batch {args.batch_size}, {args.updates_per_call} updates/call)")
@@ -553,38 +632,70 @@ def main(args: Args) -> dict:
   for name in ("actor", "bare", "learner", "pure", "sync", *ASYNC_VARIANTS):
     if name not in med:
       continue
-    m = med[name]
-    ratio = {"actor": ratios.get("actor_over_bare"),
-             "learner": ratios.get("learner_over_pure")}.get(name, ratios.get(f"{name}_over_actor"))
-    stages = " ".join(f"{k}={v:.2f}" for k, v in m.get("stage_fractions", {}).items())
-    if "queue_length_mean" in m and name != "sync":
-      stages += f" | queue {m['queue_length_mean']:.0f} lag {m['policy_lag_mean']:.0f}"
+    m, ratio = med[name], table_ratio(name, ratios)
     print(f"{name:10s} {fmt(m.get('env_steps_per_sec')):>12s} {fmt(m.get('opt_steps_per_sec')):>12s} "
           f"{'' if ratio is None else f'{ratio:.2f}':>7s} "
-          f"{'' if name not in overlap else f'{overlap[name]:.2f}':>8s}  {stages}")
-  if "ray_actor" in med:
-    ray_alone = med["ray_actor"]
-    ratios["ray_actor_over_actor"] = ray_alone["env_steps_per_sec"] / actor_alone if actor_alone else None
-    if "process" in med and "ray" in med:
-      ratios["ray_over_process"] = med["ray"]["env_steps_per_sec"] / med["process"]["env_steps_per_sec"]
-    per_chunk = ray_alone["env_steps_per_chunk"]
-    overhead = (1 / ray_alone["chunks_per_sec"] - per_chunk / actor_alone) if actor_alone else None
-    ratios["ray_chunk_overhead_ms"] = None if overhead is None else 1e3 * overhead
-    print(f"\nray_actor alone: {ray_alone['env_steps_per_sec']:,.0f} env-steps/s, "
-          f"{ray_alone['chunks_per_sec']:,.0f} chunks/s of {per_chunk:.0f} env steps"
-          + (f"; over the actor alone {ratios['ray_actor_over_actor']:.2f}, per-chunk overhead "
-             f"{ratios['ray_chunk_overhead_ms']:.2f} ms" if actor_alone else "")
-          + (f"; ray / process trainer env-steps/s {ratios['ray_over_process']:.2f}"
-             if "ray_over_process" in ratios else ""))
-  if args.learner_devices and "learner" in med:
-    base = rate(f"learner_{min(args.learner_devices)}dev", "opt_steps_per_sec")
-    print(f"\n(h) the Learner on N devices ({jax.default_backend()}; global batch "
-          f"{args.batch_size}, {args.updates_per_call} updates/call)")
-    print(f"{'devices':>8s} {'opt-steps/s':>12s} {'samples/s':>12s} {'ratio':>7s}")
-    for n in args.learner_devices:
-      ops = rate(f"learner_{n}dev", "opt_steps_per_sec")
-      ratios[f"learner_{n}dev_over_{min(args.learner_devices)}dev"] = ops / base
-      print(f"{n:8d} {ops:12,.0f} {ops * args.batch_size:12,.0f} {ops / base:7.2f}")
+          f"{'' if name not in overlap else f'{overlap[name]:.2f}':>8s}  {stages_text(name, m)}")
+
+
+def ray_actor_ratios(med: dict) -> dict:
+  """With 'ray_actor' measured: it over the actor alone, the ray trainer over the process one,
+  and the per-chunk overhead in ms (1 / its chunks/s - 1 / (a)'s chunks/s)."""
+  if "ray_actor" not in med:
+    return {}
+  actor_alone, ray_alone = median_rate(med, "actor", "env_steps_per_sec"), med["ray_actor"]
+  ratios = {"ray_actor_over_actor":
+            ray_alone["env_steps_per_sec"] / actor_alone if actor_alone else None}
+  if "process" in med and "ray" in med:
+    ratios["ray_over_process"] = med["ray"]["env_steps_per_sec"] / med["process"]["env_steps_per_sec"]
+  per_chunk = ray_alone["env_steps_per_chunk"]
+  overhead = (1 / ray_alone["chunks_per_sec"] - per_chunk / actor_alone) if actor_alone else None
+  ratios["ray_chunk_overhead_ms"] = None if overhead is None else 1e3 * overhead
+  return ratios
+
+
+def print_ray_actor(med: dict, ratios: dict) -> None:
+  """The Ray actor alone's line, with ``ray_actor_ratios``' figures."""
+  if "ray_actor" not in med:
+    return
+  ray_alone, actor_alone = med["ray_actor"], median_rate(med, "actor", "env_steps_per_sec")
+  per_chunk = ray_alone["env_steps_per_chunk"]
+  print(f"\nray_actor alone: {ray_alone['env_steps_per_sec']:,.0f} env-steps/s, "
+        f"{ray_alone['chunks_per_sec']:,.0f} chunks/s of {per_chunk:.0f} env steps"
+        + (f"; over the actor alone {ratios['ray_actor_over_actor']:.2f}, per-chunk overhead "
+           f"{ratios['ray_chunk_overhead_ms']:.2f} ms" if actor_alone else "")
+        + (f"; ray / process trainer env-steps/s {ratios['ray_over_process']:.2f}"
+           if "ray_over_process" in ratios else ""))
+
+
+def learner_device_ratios(args: Args, med: dict) -> dict:
+  """(h): each device count's Learner opt-steps/s over the smallest count's."""
+  if not (args.learner_devices and "learner" in med):
+    return {}
+  least = min(args.learner_devices)
+  base = median_rate(med, f"learner_{least}dev", "opt_steps_per_sec")
+  ratios = {}
+  for n in args.learner_devices:
+    ratios[f"learner_{n}dev_over_{least}dev"] = (
+        median_rate(med, f"learner_{n}dev", "opt_steps_per_sec") / base)
+  return ratios
+
+
+def print_learner_devices(args: Args, med: dict, ratios: dict) -> None:
+  """(h)'s table: one row per --learner-devices count, in the order given."""
+  if not (args.learner_devices and "learner" in med):
+    return
+  print(f"\n(h) the Learner on N devices ({jax.default_backend()}; global batch "
+        f"{args.batch_size}, {args.updates_per_call} updates/call)")
+  print(f"{'devices':>8s} {'opt-steps/s':>12s} {'samples/s':>12s} {'ratio':>7s}")
+  for n in args.learner_devices:
+    ops = median_rate(med, f"learner_{n}dev", "opt_steps_per_sec")
+    ratio = ratios[f"learner_{n}dev_over_{min(args.learner_devices)}dev"]
+    print(f"{n:8d} {ops:12,.0f} {ops * args.batch_size:12,.0f} {ratio:7.2f}")
+
+
+def print_solves(args: Args, solves: dict[str, list[dict]]) -> None:
+  """(g): one line per solve run."""
   for variant, rs in solves.items():
     for res in rs:
       print(f"solve {variant:8s} seed {res['seed']}: "
@@ -592,7 +703,11 @@ def main(args: Args) -> dict:
                if res["solved"] else f"not solved in {args.solve_timeout:g} s "
                f"(best eval {res['best_eval_reward']:.0f}, {res['env_steps']:,} env steps)"))
 
-  result = {
+
+def result_record(args: Args, agent_config, machine: dict, start: float, runs: dict, med: dict,
+                  ratios: dict, overlap: dict, solves: dict) -> dict:
+  """Everything measured, with the settings and machine it was measured on (the JSON)."""
+  return {
       "config": {"args": dataclasses.asdict(args), "agent": dataclasses.asdict(agent_config),
                  "run": dataclasses.asdict(run_config(args)),
                  "actors": {v: dataclasses.asdict(actors_config(args, v))
@@ -604,10 +719,33 @@ def main(args: Args) -> dict:
       "medians": med, "ratios": ratios, "overlap_efficiency": overlap,
       "repeats": runs, "solve": solves, "wall_s": time.perf_counter() - start,
   }
-  if args.json:
-    with open(args.json, "w") as f:
+
+
+def write_json(path: str | None, result: dict) -> None:
+  if path:
+    with open(path, "w") as f:
       json.dump(result, f, indent=1, default=float)
-    print(f"JSON: {args.json}")
+    print(f"JSON: {path}")
+
+
+def main(args: Args) -> dict:
+  start, machine = time.perf_counter(), machine_info()
+  agent_config, agent_factory, agent, env = build_agent(args)
+  print_header(args)
+  runs = measure_variants(args, agent_factory, agent, env)
+  med = {name: median_of(rs) for name, rs in runs.items()}
+  ratios, overlap = rate_ratios(med), overlap_efficiency(med)
+  solves = run_solves(args, agent_factory, env, overlap)
+  print_table(args, med, ratios, overlap)
+  # The Ray and (h) ratios are taken after the table, beside their own lines, so that a failing
+  # one (no Ray chunk in a short window) stops the run with the table already printed.
+  ratios.update(ray_actor_ratios(med))
+  print_ray_actor(med, ratios)
+  ratios.update(learner_device_ratios(args, med))
+  print_learner_devices(args, med, ratios)
+  print_solves(args, solves)
+  result = result_record(args, agent_config, machine, start, runs, med, ratios, overlap, solves)
+  write_json(args.json, result)
   return result
 
 
