@@ -37,7 +37,7 @@ from jaxasync.agents.exploration import EpsilonState, apex_epsilons, epsilon_gre
 from jaxasync.atari import AtariEnvFactory
 from jaxasync.checkpoint import claim_run_dir, restore_checkpoint, save_checkpoint
 from jaxasync.errors import ActorFailed, CheckpointError, ConfigError, NonFiniteError, StallError
-from jaxasync.envs import EnvFactory, check_env_id
+from jaxasync.envs import EnvFactory, VectorEnvFactory, check_env_id
 from jaxasync.evaluator import Evaluator
 from jaxasync.inference import InferenceClient, InferenceServer
 from jaxasync.config import ActorsConfig, RunConfig
@@ -144,6 +144,7 @@ __all__ = [
     "UnrollCollector",
     "UnrollConfig",
     "UpdateCredit",
+    "VectorEnvFactory",
     "apex_epsilons",
     "check_env_id",
     "claim_run_dir",

@@ -1,6 +1,7 @@
 """Atari 2600 envs with the standard DQN preprocessing, as NEXT_STEP vector envs.
 
-``AtariEnvFactory`` is the Atari counterpart of ``EnvFactory``: a frozen, picklable
+``AtariEnvFactory`` is the Atari counterpart of ``EnvFactory`` (a ``VectorEnvFactory``
+whose ``frame_skip`` field is the agent step's emulator frames): a frozen, picklable
 dataclass (actor processes rebuild the env from it) whose ``__call__(num_envs, seed)``
 returns a gymnasium vector env in ``NEXT_STEP`` autoreset mode. Every backend yields the
 same observations: ``[num_envs, 84, 84, 4]`` uint8, the 4 most recent max-pooled

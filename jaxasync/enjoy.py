@@ -93,7 +93,7 @@ def checkpoint_dir(run_dir: str | os.PathLike, checkpoint: str) -> Path:
                        f"{', '.join(have) or 'none'}. Pass --checkpoint with one of them.")
 
 
-def eval_factory(record: dict, env_id: str | None) -> Any:
+def eval_factory(record: dict, env_id: str | None) -> ja.VectorEnvFactory:
   """The run's evaluation env factory, or one for ``env_id`` when given."""
   if env_id is not None:
     if ja.minatar.is_minatar_id(env_id):
@@ -105,7 +105,8 @@ def eval_factory(record: dict, env_id: str | None) -> Any:
   return ja.EnvFactory(record["settings"]["env_id"])
 
 
-def restore_agent(record: dict, directory: Path, env: Any) -> tuple[ja.Agent, Any, dict]:
+def restore_agent(record: dict, directory: Path,
+                  env: ja.VectorEnvFactory) -> tuple[ja.Agent, Any, dict]:
   """The run's agent on ``env``'s spaces and the policy params of the checkpoint in
   ``directory``; returns ``(agent, params, meta)``."""
   agent_cls = experiment.imported(record["agent"]["class"])
@@ -136,7 +137,7 @@ def enjoy(args: EnjoyArgs) -> dict:
     returns = evaluator.episode_returns(params)
   finally:
     evaluator.close()
-  env_id = args.env_id or getattr(factory, "env_id", record["settings"].get("env_id"))
+  env_id = factory.env_id  # (--env-id when given: eval_factory built it)
   figures = {"checkpoint": str(directory), "opt_steps": meta.get("opt_steps"),
              "env_id": env_id, "episodes": args.episodes, "mean": float(returns.mean()),
              "std": float(returns.std()), "min": float(returns.min()),

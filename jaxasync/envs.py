@@ -1,19 +1,43 @@
 """Environment factories and space validation.
 
-Env factories are plain picklable dataclasses so that actor processes (spawn
-start method) can rebuild the env on their side.
+``VectorEnvFactory`` is the contract every env factory keeps (``EnvFactory``,
+``MinAtarEnvFactory``, ``AtariEnvFactory`` or one of your own). The library's are plain
+picklable dataclasses so that actor processes (spawn start method) can rebuild the env on
+their side.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from jaxasync.errors import ConfigError
+
+
+class VectorEnvFactory(Protocol):
+  """What the trainer, its actors and the evaluator take to build envs.
+
+  A picklable callable (process and Ray actors rebuild their envs from a copy of it) with the
+  name of the env it builds. Its members are read-only, so a frozen dataclass field or a
+  property keeps them.
+  """
+
+  @property
+  def env_id(self) -> str:
+    """The env it builds, as messages, run records and videos name it."""
+
+  @property
+  def frame_skip(self) -> int:
+    """Emulator frames per env step (Atari's frame skip; 1 for the others): env frames per
+    second, the figure other libraries report, are env steps per second times it."""
+
+  def __call__(self, num_envs: int, seed: int | None = None) -> gym.vector.VectorEnv:
+    """A vector env of ``num_envs`` sub-envs in ``NEXT_STEP`` autoreset mode (what the
+    collectors take), already reset with ``seed``."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +55,13 @@ class EnvFactory:
   env_id: str
   kwargs: tuple[tuple[str, Any], ...] = ()
   vectorization_mode: str | None = None
+
+  @property
+  def frame_skip(self) -> int:
+    """1: one frame per env step (``VectorEnvFactory``). Atari ids belong to
+    ``AtariEnvFactory``, which knows its frame skip; an ALE id made here skips frames of its
+    own that this does not count."""
+    return 1
 
   def __call__(self, num_envs: int, seed: int | None = None) -> gym.vector.VectorEnv:
     """A vector env of ``num_envs`` sub-envs in ``NEXT_STEP`` autoreset mode, reset with ``seed``."""
@@ -108,7 +139,7 @@ def single_spaces(env: gym.vector.VectorEnv) -> tuple[gym.Space, gym.Space]:
   return env.single_observation_space, env.single_action_space
 
 
-def spaces_of(factory: EnvFactory) -> tuple[gym.Space, gym.Space]:
+def spaces_of(factory: VectorEnvFactory) -> tuple[gym.Space, gym.Space]:
   """Observation and action space of one sub-env of ``factory``."""
   env = factory(1)
   try:

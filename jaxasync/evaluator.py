@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from jaxasync.agent import ActorContext, Agent
-from jaxasync.envs import EnvFactory
+from jaxasync.envs import VectorEnvFactory
 from jaxasync.param_store import to_cpu
 
 PyTree = Any
@@ -24,7 +24,7 @@ class Evaluator:
     seed: evaluation ``k`` resets its env with ``seed + k``.
   """
 
-  def __init__(self, agent: Agent, env_factory: EnvFactory, num_episodes: int = 10,
+  def __init__(self, agent: Agent, env_factory: VectorEnvFactory, num_episodes: int = 10,
                seed: int = 10_000):
     self.agent, self.num_episodes = agent, num_episodes
     self._env = env_factory(num_episodes, seed=seed)
@@ -35,7 +35,7 @@ class Evaluator:
       self._env.close()
       from jaxasync.errors import ConfigError
       raise ConfigError(
-          f"the evaluation env ({getattr(env_factory, 'env_id', env_factory)}) has observations "
+          f"the evaluation env ({env_factory.env_id}) has observations "
           f"{obs.shape} {obs.dtype} and actions {act}, the training env {want_obs.shape} "
           f"{want_obs.dtype} and {want_act}: the agent cannot act in it. Evaluate on an env "
           "(eval_env_id) with the same spaces as the training env (env_id).")

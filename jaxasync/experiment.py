@@ -214,7 +214,7 @@ def annealed_agent(args: AnnealedRunArgs) -> Any:
   return dataclasses.replace(agent, learning_rate_decay_steps=steps)
 
 
-def default_envs(args: RunArgs) -> tuple[Any, Any]:
+def default_envs(args: RunArgs) -> tuple[ja.VectorEnvFactory, ja.VectorEnvFactory]:
   """(training, evaluation) env factories for --env-id / --eval-env-id: ``MinAtarEnvFactory``
   for MinAtar ids, else ``EnvFactory`` (checked, so a bad id fails here with the fix)."""
   ids = args.env_id, args.eval_env_id or args.env_id
@@ -389,9 +389,9 @@ def rebuilt(record: dict) -> Any:
                          "restore it.") from None
 
 
-def write_config(logdir: str | os.PathLike, settings: dict, title: str, env: Any,
-                 agent_cls: type | None = None, agent_cfg: Any = None,
-                 eval_env: Any = None, algo: str | None = None) -> Path:
+def write_config(logdir: str | os.PathLike, settings: dict, title: str,
+                 env: ja.VectorEnvFactory, agent_cls: type | None = None, agent_cfg: Any = None,
+                 eval_env: ja.VectorEnvFactory | None = None, algo: str | None = None) -> Path:
   """Writes ``<logdir>/config.json`` (replacing it whole: a crash leaves the old one or the
   new one, never half of either): the run's flags, the algorithm (``title``, and ``algo``: the
   script that reruns it with ``--config``), the env's spaces, the package version, what ran it
@@ -707,7 +707,7 @@ def parse_args(args_cls: type | None, argv: list[str] | None, description: str |
 
 # --- running ----------------------------------------------------------------------------------
 def run(args: RunArgs, title: str, agent_cls: type[ja.Agent], agent_cfg: Any,
-        envs: tuple[Any, Any] | None = None) -> dict:
+        envs: tuple[ja.VectorEnvFactory, ja.VectorEnvFactory] | None = None) -> dict:
   """Builds envs, agent and recorders from ``args`` and trains; prints where everything went
   and returns the summary. The agent is ``agent_cls(agent_cfg, obs_space, action_space,
   env_id)`` (its config's ``data`` builds its replay or queue); ``envs`` = (training,
@@ -786,7 +786,7 @@ def hyperparameters_text(settings: dict, flattened: tuple[str, ...]) -> str:
 
 
 def _run(args: RunArgs, title: str, agent_cls: type[ja.Agent], agent_cfg: Any,
-         envs: tuple[Any, Any] | None) -> dict:
+         envs: tuple[ja.VectorEnvFactory, ja.VectorEnvFactory] | None) -> dict:
   args = deterministic(args)
   env, eval_env = envs if envs is not None else default_envs(args)
   if args.capture_video > 0:  # (recorded from gym.make(env_id, render_mode="rgb_array"))
@@ -852,7 +852,7 @@ def _run(args: RunArgs, title: str, agent_cls: type[ja.Agent], agent_cfg: Any,
 
 
 def _train(args: RunArgs, title: str, agent: ja.Agent, agent_factory: Callable[[], ja.Agent],
-           env: Any, eval_env: Any, recorder: ja.MultiRecorder,
+           env: ja.VectorEnvFactory, eval_env: ja.VectorEnvFactory, recorder: ja.MultiRecorder,
            tensorboard: ja.TensorboardRecorder, tracked: Any,
            save_config: Callable[[], Path]) -> dict:
   """Trains ``agent`` with the checked ``args``, records and saves; returns the summary."""
@@ -902,8 +902,7 @@ def _train(args: RunArgs, title: str, agent: ja.Agent, agent_factory: Callable[[
   if resume:  # written once training ran, so a resume that could not load keeps the old one
     save_config()
   # Env frames: env steps times the env's frame skip (Atari), for comparison with other libraries.
-  summary["env_frames_per_sec"] = (summary["env_steps"] * getattr(env, "frame_skip", 1)
-                                   / summary["wall_s"])
+  summary["env_frames_per_sec"] = summary["env_steps"] * env.frame_skip / summary["wall_s"]
   shown = {k: summary[k] for k in ("samples_total", "env_steps", "opt_steps", "wall_s",
                                    "samples_per_sec", "env_frames_per_sec", "opt_steps_per_sec",
                                    "best_eval_reward", "final_eval_reward", "solved_at")}

@@ -5,11 +5,12 @@ observability through object trails, stochasticity) at a cost a CPU can afford: 
 is a few numpy operations on a ``[10, 10, C]`` bool grid, so Rainbow trains on it in hours
 without an accelerator (Obando-Ceron & Castro 2021, "Revisiting Rainbow").
 
-``MinAtarEnvFactory`` is a frozen, picklable dataclass like ``EnvFactory`` (actor processes
-rebuild the env from it): ``__call__(num_envs, seed)`` returns a gymnasium ``SyncVectorEnv``
-in ``NEXT_STEP`` autoreset mode with observations ``[num_envs, 10, 10, C]`` bool (C: 4
-Breakout and Asterix, 6 SpaceInvaders, 7 Freeway, 10 Seaquest). ``DQNConfig(torso="auto")``
-picks ``MinAtarCNN`` (MinAtar's reference network) for them.
+``MinAtarEnvFactory`` is a ``VectorEnvFactory``, a frozen, picklable dataclass like
+``EnvFactory`` (actor processes rebuild the env from it): ``__call__(num_envs, seed)``
+returns a gymnasium ``SyncVectorEnv`` in ``NEXT_STEP`` autoreset mode with observations
+``[num_envs, 10, 10, C]`` bool (C: 4 Breakout and Asterix, 6 SpaceInvaders, 7 Freeway, 10
+Seaquest). ``DQNConfig(torso="auto")`` picks ``MinAtarCNN`` (MinAtar's reference network)
+for them.
 """
 
 from __future__ import annotations
@@ -83,6 +84,11 @@ class MinAtarEnvFactory:
       raise ConfigError(f"sticky_action_prob must be in [0, 1], got {self.sticky_action_prob}.")
     if self.max_episode_steps is not None and self.max_episode_steps < 1:
       raise ConfigError(f"max_episode_steps must be >= 1 or None, got {self.max_episode_steps}.")
+
+  @property
+  def frame_skip(self) -> int:
+    """1: a MinAtar step is one game frame (``VectorEnvFactory``)."""
+    return 1
 
   def make_single(self) -> gym.Env:
     """One (non-vector) env: ``[10, 10, C]`` bool observations."""

@@ -22,7 +22,7 @@ from jaxasync.agent import Agent
 from jaxasync.checkpoint import claim_run_dir, load_checkpoint, resumable_checkpoints
 from jaxasync.config import ActorsConfig, RunConfig
 from jaxasync.errors import ConfigError
-from jaxasync.envs import EnvFactory
+from jaxasync.envs import VectorEnvFactory
 from jaxasync.evaluator import Evaluator
 from jaxasync.faults import logger
 from jaxasync.hooks import Hook
@@ -86,9 +86,9 @@ class Trainer:
       older one, with a warning. See ``resume_from``.
   """
 
-  def __init__(self, agent: Agent, env_factory: EnvFactory, run: RunConfig | None = None,
+  def __init__(self, agent: Agent, env_factory: VectorEnvFactory, run: RunConfig | None = None,
                actors: ActorsConfig | None = None, recorder: Recorder | None = None,
-               eval_env_factory: EnvFactory | None = None, replay=None,
+               eval_env_factory: VectorEnvFactory | None = None, replay=None,
                agent_factory: Callable[[], Agent] | None = None, source=None,
                hooks: Sequence[Hook] = (), resume: bool | str | os.PathLike = False):
     if not isinstance(agent, Agent):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import ClassVar
 
 import gymnasium as gym
 import jax
@@ -55,10 +56,11 @@ class TinyBoxEnv(TinyEnv):
 @dataclasses.dataclass(frozen=True)
 class TinyEnvFactory:
   """``(num_envs, seed) -> SyncVectorEnv`` of ``TinyEnv`` (or ``TinyBoxEnv``: ``continuous``),
-  NEXT_STEP autoreset."""
+  NEXT_STEP autoreset: a ``jaxasync.VectorEnvFactory``."""
 
   env_id: str = "TinyEnv"
   continuous: bool = False
+  frame_skip: ClassVar[int] = 1  # (VectorEnvFactory's; not a dataclass field)
 
   def __call__(self, num_envs: int, seed: int | None = None):
     cls = TinyBoxEnv if self.continuous else TinyEnv

@@ -42,9 +42,11 @@ class _HangAfter(_FaultAfter):
 
 
 class _FaultyEnvFactory:
-  """CartPole vector envs whose first sub-env is wrapped in ``wrapper`` (a ``_FaultAfter``)."""
+  """CartPole vector envs whose first sub-env is wrapped in ``wrapper`` (a ``_FaultAfter``): a
+  ``jaxasync.VectorEnvFactory`` once a dataclass subclass gives it ``env_id`` and ``steps``."""
 
   wrapper: type = _FaultAfter  # class attribute, not a dataclass field
+  frame_skip: int = 1  # (VectorEnvFactory's; a class attribute too)
 
   def __call__(self, num_envs: int, seed: int | None = None):
     fns = [lambda i=i: self.wrapper(gym.make(self.env_id), self.steps) if i == 0

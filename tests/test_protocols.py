@@ -1,4 +1,9 @@
 """The contracts written as Protocols hold for every implementation the library ships."""
+import inspect
+import pickle
+
+import contract_agents
+import faulty_envs
 import jaxasync as ja
 from jaxasync.actor_manager import ActorManager, Actors
 from jaxasync.collectors import Collector
@@ -38,3 +43,22 @@ def test_every_shipped_implementation_has_every_member_of_its_contract():
   collector = lockstep.feed.actor.collector
   assert {m for m in _members(Collector) if not hasattr(collector, m)} == set()
   lockstep.feed.close()
+
+
+def test_every_env_factory_keeps_the_vector_env_factory_contract():
+  """The library's factories and the tests' own: every member of ``VectorEnvFactory``, a
+  ``(num_envs, seed)`` call, and a pickle round trip (actor processes rebuild envs from one).
+  (Atari's is only constructed: that needs no ROMs.)"""
+  factories = [ja.EnvFactory("CartPole-v1"), ja.MinAtarEnvFactory("MinAtar/Breakout-v1"),
+               ja.AtariEnvFactory("ALE/Pong-v5"), contract_agents.TinyEnvFactory(),
+               faulty_envs.RaisingEnvFactory(), faulty_envs.HangingEnvFactory()]
+  members = _members(ja.VectorEnvFactory)
+  assert members >= {"env_id", "frame_skip"}, members
+  for factory in factories:
+    name = type(factory).__name__
+    assert {m for m in members if not hasattr(factory, m)} == set(), name
+    assert isinstance(factory.env_id, str) and factory.env_id, name
+    assert isinstance(factory.frame_skip, int) and factory.frame_skip >= 1, name
+    inspect.signature(factory).bind(1, seed=0)
+    assert pickle.loads(pickle.dumps(factory)) == factory, name
+  assert [f.frame_skip for f in factories[:3]] == [1, 1, 4]

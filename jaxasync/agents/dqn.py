@@ -38,6 +38,7 @@ import tyro
 
 from jaxasync.agent import ActorContext, Agent, key_data
 from jaxasync.agents.exploration import EpsilonGreedyActing, apex_epsilons
+from jaxasync.agents.learner_state import LearnerState
 from jaxasync.errors import ConfigError
 from jaxasync.envs import check_box_observations
 from jaxasync.agents import optimizers
@@ -170,14 +171,12 @@ def rainbow_config(v_min: float, v_max: float, data: ReplayConfig | None = None,
 
 
 @flax.struct.dataclass
-class DQNState:
-  """The learner's state: a pytree (checkpointed leaf by leaf)."""
+class DQNState(LearnerState):
+  """The learner's state: ``LearnerState``'s params, opt_state, opt_steps (SGD steps) and key
+  (the update's noise, noisy nets: split per SGD step), and the target network's params; a
+  pytree (checkpointed leaf by leaf, keyed by field name, so their order is free)."""
 
-  params: PyTree
   target_params: PyTree
-  opt_state: PyTree
-  opt_steps: jnp.ndarray  # int32 scalar: SGD steps taken
-  key: jnp.ndarray  # uint32[2] PRNG key data: the update's noise (noisy nets); split per step
 
 
 def learning_rate_schedule(config: DQNConfig) -> optax.ScalarOrSchedule:

@@ -1,6 +1,6 @@
-"""The learner state of agents with one network and one optimizer (PQN, IMPALA, PPO): one
-definition, extended by the agents that keep more (``ActorCriticState``'s observation
-statistics, ``IMPALAState``'s target policy)."""
+"""The learner state of agents with one network and one optimizer (PQN, DQN, IMPALA, PPO):
+one definition, extended by the agents that keep more (``DQNState``'s target network,
+``ActorCriticState``'s observation statistics, ``IMPALAState``'s target policy)."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ class LearnerState:
   Attributes:
     params: the network's params.
     opt_state: the optimizer's state.
-    opt_steps: int32 scalar: the agent's steps taken (SGD steps for IMPALA; iterations,
-      each epochs x minibatches of SGD steps, for PPO and PQN).
-    key: uint32[2] PRNG key data (PPO's and PQN's minibatch shuffles).
+    opt_steps: int32 scalar: the agent's steps taken (SGD steps for DQN and IMPALA;
+      iterations, each epochs x minibatches of SGD steps, for PPO and PQN).
+    key: uint32[2] PRNG key data (PPO's and PQN's minibatch shuffles, DQN's noisy nets).
   """
 
   params: PyTree

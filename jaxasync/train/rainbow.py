@@ -151,7 +151,7 @@ def atari_factories(args: Args) -> tuple[AtariEnvFactory, AtariEnvFactory]:
                                     episodic_life=False)
 
 
-def env_factories(args: Args) -> tuple:
+def env_factories(args: Args) -> tuple[ja.VectorEnvFactory, ja.VectorEnvFactory]:
   """(training, evaluation) env factories: Atari's from the Atari flags, MinAtar's with
   --no-sticky-actions honoured, anything else ``experiment.default_envs``. Atari-only flags on a
   non-Atari id are errors rather than silently ignored."""
