@@ -91,24 +91,8 @@ class Trainer:
                eval_env_factory: VectorEnvFactory | None = None, replay=None,
                agent_factory: Callable[[], Agent] | None = None, source=None,
                hooks: Sequence[Hook] = (), resume: bool | str | os.PathLike = False):
-    if not isinstance(agent, Agent):
-      raise ConfigError(f"{type(agent).__name__} is not a jaxasync.Agent: subclass "
-                        "jaxasync.Agent and implement its members (see jaxasync/agent.py).")
-    if not isinstance(getattr(agent, "data", None), DataPipeline):
-      raise ConfigError(f"{type(agent).__name__}.data is {getattr(agent, 'data', None)!r}: set it "
-                        "to the agent's jaxasync.pipeline data pipeline (a ReplayConfig or an "
-                        "UnrollConfig, usually its config's data field).")
     run, actors = run or RunConfig(), actors or ActorsConfig()
-    run.validate()
-    actors.validate()
-    agent.data.validate(agent.batch_size)
-    if resume and not run.logdir:
-      raise ConfigError("resume continues the run in logdir: set logdir (RunConfig.logdir) "
-                        "to the run's directory.")
-    if not actors.lockstep and actors.resolved_mode in ("process", "ray") and agent_factory is None:
-      raise ConfigError(f"{actors.resolved_mode} actors build their own agent: pass agent_factory "
-                        "(a picklable callable, e.g. functools.partial(MyAgent, config, "
-                        "obs_space, action_space)).")
+    self._check_inputs(agent, run, actors, agent_factory, resume)
     collector = agent.data.collector_factory(agent, replay)
     if run.logdir and not resume:  # before any env, queue or shared memory exists: a
       claim_run_dir(run.logdir, run.overwrite, preamble=False)  # refusal leaks none
@@ -139,12 +123,41 @@ class Trainer:
                             {"mode": self.feed.mode}, hooks=tuple(hooks))
     self.loop.save_replay = self._decide_save_replay()
     if checkpoint is not None:
-      path, meta, state, source_state, actor_state = checkpoint
-      missing = self.loop.restore(state, meta, source_state, actor_state)
-      self.loop.ledger.last_checkpoint = path  # (what a failed save names as still good)
-      note = f"; not restored: {'; '.join(missing)}" if missing else ""
-      logger.warning(f"resuming from {path} (SGD step {meta['opt_steps']}, "
-                     f"{resumed_env_steps} env steps){note}")
+      self._restore(checkpoint, resumed_env_steps)
+
+  @staticmethod
+  def _check_inputs(agent: Agent, run: RunConfig, actors: ActorsConfig,
+                    agent_factory: Callable[[], Agent] | None, resume) -> None:
+    """Refuses, in one ``ConfigError`` naming the fix, what the run cannot start from: an
+    object that is not an Agent, an agent without a data pipeline, invalid configs, a resume
+    without a logdir, process or Ray actors without an agent factory."""
+    if not isinstance(agent, Agent):
+      raise ConfigError(f"{type(agent).__name__} is not a jaxasync.Agent: subclass "
+                        "jaxasync.Agent and implement its members (see jaxasync/agent.py).")
+    if not isinstance(getattr(agent, "data", None), DataPipeline):
+      raise ConfigError(f"{type(agent).__name__}.data is {getattr(agent, 'data', None)!r}: set it "
+                        "to the agent's jaxasync.pipeline data pipeline (a ReplayConfig or an "
+                        "UnrollConfig, usually its config's data field).")
+    run.validate()
+    actors.validate()
+    agent.data.validate(agent.batch_size)
+    if resume and not run.logdir:
+      raise ConfigError("resume continues the run in logdir: set logdir (RunConfig.logdir) "
+                        "to the run's directory.")
+    if not actors.lockstep and actors.resolved_mode in ("process", "ray") and agent_factory is None:
+      raise ConfigError(f"{actors.resolved_mode} actors build their own agent: pass agent_factory "
+                        "(a picklable callable, e.g. functools.partial(MyAgent, config, "
+                        "obs_space, action_space)).")
+
+  def _restore(self, checkpoint: tuple, resumed_env_steps: int) -> None:
+    """Puts ``resume_from``'s checkpoint (path, meta, learner state, data source's state,
+    actors' state) into the loop and says in one warning what was resumed and what was not."""
+    path, meta, state, source_state, actor_state = checkpoint
+    missing = self.loop.restore(state, meta, source_state, actor_state)
+    self.loop.ledger.last_checkpoint = path  # (what a failed save names as still good)
+    note = f"; not restored: {'; '.join(missing)}" if missing else ""
+    logger.warning(f"resuming from {path} (SGD step {meta['opt_steps']}, "
+                   f"{resumed_env_steps} env steps){note}")
 
   @property
   def replay(self):
