@@ -589,7 +589,8 @@ def config_defaults(path: str | os.PathLike, base: RunArgs) -> RunArgs:
   """``base`` (the script's defaults) with the settings saved in ``path`` (a run's
   ``config.json``, or its run directory) but those of ``NOT_RERUN``: the defaults a command
   line with ``--config path`` is parsed over. ``ConfigError`` for a file that is missing, not
-  a jaxasync run's config, or another algorithm's. Settings the file predates keep ``base``'s."""
+  a jaxasync run's config, or another algorithm's. A setting the file predates takes its class
+  default, the behaviour of before (as a resume compares it), not ``base``'s preset value."""
   path, record = read_run_config(path)
   algo = type(base).algo
   saved_algo = record.get("algo") or _title_algo(record.get("algorithm", ""))
@@ -603,7 +604,9 @@ def config_defaults(path: str | os.PathLike, base: RunArgs) -> RunArgs:
     raise ja.ConfigError(f"--config {path} has settings that {algo} does not ({shown}): it was "
                          "saved by another jaxasync version; rerun it with that version, or pass "
                          "its flags by hand.")
-  return built
+  predated = {name: value for name, value in class_defaults(built).items()
+              if name not in record["settings"] and name not in NOT_RERUN}
+  return with_settings(built, predated)[0]
 
 
 def read_run_config(path: str | os.PathLike) -> tuple[Path, dict]:

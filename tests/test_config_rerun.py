@@ -223,3 +223,20 @@ def test_a_rerun_in_lockstep_does_not_refuse_what_the_file_set(tmp_path):
                                       args.preset_defaults().actors)
   actors.validate()  # (refused before: "ignores num_actors=2")
   assert actors.lockstep and actors.num_actors == ja.ActorsConfig().num_actors
+
+
+def test_a_setting_the_file_predates_takes_its_class_default(tmp_path, monkeypatch):
+  """An IMPALA config saved before the target-policy anchor existed reruns without it (the
+  class default 0.0, the behaviour of before), not with the preset's 1.0; the settings the
+  file has keep its values."""
+  impala = importlib.import_module("jaxasync.train.impala")
+  original = impala.Args()
+  assert original.agent.target_kl_cost == 1.0  # (the preset's; the class default is 0.0)
+  path = _saved(impala, tmp_path, dataclasses.replace(
+      original, agent=dataclasses.replace(original.agent, learning_rate=3e-4)))
+  record = json.loads(path.read_text())
+  del record["settings"]["agent.target_kl_cost"]
+  path.write_text(json.dumps(record))
+  args = _parsed(impala, ["--config", str(path)], monkeypatch)
+  assert args.agent.target_kl_cost == 0.0 and args.agent.learning_rate == 3e-4
+  assert args.agent.target_tau == original.agent.target_tau  # (in the file: kept)
