@@ -113,6 +113,17 @@ def check_torso(torso: str, obs_shape: Sequence[int], env_id: str = "the env") -
         f"shape {tuple(obs_shape)}; use torso 'mlp' or 'auto'.")
 
 
+def check_torso_fields(torso: str, hidden_sizes: Sequence[int], example: str = "(64, 64)") -> None:
+  """Raises ``ConfigError`` for a config's torso fields that ``make_torso`` cannot build: a
+  torso other than ``'auto'`` or one of ``TORSOS``, or no MLP layer (``example`` is the fix
+  shown)."""
+  from jaxasync.errors import ConfigError
+  if torso not in ("auto", *TORSOS):
+    raise ConfigError(f"torso must be 'auto' or one of {TORSOS}, got {torso!r}.")
+  if not hidden_sizes:
+    raise ConfigError(f"hidden_sizes must name at least one layer width, e.g. {example}.")
+
+
 def default_torso(obs_shape: Sequence[int], obs_dtype) -> str:
   """The torso for one observation of shape ``obs_shape``: ``"minatar_cnn"`` for small
   ``[H, W, C]`` grids (H, W <= 16, as MinAtar's 10x10), ``"nature_cnn"`` for uint8 frame

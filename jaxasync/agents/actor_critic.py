@@ -38,8 +38,8 @@ from jaxasync.agents.normalization import (RunningMeanStd, init_running_stats, n
 from jaxasync.errors import ConfigError
 from jaxasync.pipeline import UnrollConfig
 from jaxasync.envs import check_action_box, check_box_observations
-from jaxasync.networks import (ACTIVATIONS, TORSOS, Activation, Torso, check_torso, default_torso,
-                               make_torso)
+from jaxasync.networks import (ACTIVATIONS, Activation, Torso, check_torso, check_torso_fields,
+                               default_torso, make_torso)
 
 PyTree = Any
 
@@ -526,10 +526,7 @@ class ActorCriticConfig:
       default_factory=UnrollConfig)
 
   def validate(self) -> None:
-    if self.torso not in ("auto", *TORSOS):
-      raise ConfigError(f"torso must be 'auto' or one of {TORSOS}, got {self.torso!r}.")
-    if not self.hidden_sizes:
-      raise ConfigError("hidden_sizes must name at least one layer width, e.g. (64, 64).")
+    check_torso_fields(self.torso, self.hidden_sizes)
     if self.activation not in ACTIVATIONS:
       raise ConfigError(f"activation must be one of {tuple(ACTIVATIONS)}, got {self.activation!r}.")
     if self.batch_size < 1:

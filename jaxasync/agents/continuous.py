@@ -28,7 +28,8 @@ import tyro
 from jaxasync.agent import Agent
 from jaxasync.envs import check_action_box, check_box_observations
 from jaxasync.errors import ConfigError
-from jaxasync.networks import TORSOS, MLPTorso, Torso, check_torso, default_torso, make_torso
+from jaxasync.networks import (MLPTorso, Torso, check_torso, check_torso_fields, default_torso,
+                               make_torso)
 from jaxasync.pipeline import ReplayConfig
 from jaxasync.types import Transition
 
@@ -109,10 +110,7 @@ class ContinuousConfig:
   def validate(self) -> None:
     """Raises ``ConfigError`` (one line naming the field and the fix) for a bad shared field
     or data pipeline; a subclass checks its own fields after ``super().validate()``."""
-    if self.torso not in ("auto", *TORSOS):
-      raise ConfigError(f"torso must be 'auto' or one of {TORSOS}, got {self.torso!r}.")
-    if not self.hidden_sizes:
-      raise ConfigError("hidden_sizes must name at least one layer width, e.g. (256, 256).")
+    check_torso_fields(self.torso, self.hidden_sizes, "(256, 256)")
     check_positive(self, ("actor_learning_rate", "critic_learning_rate"))
     if self.batch_size < 1:
       raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}.")

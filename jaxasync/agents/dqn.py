@@ -45,7 +45,7 @@ from jaxasync.agents import optimizers
 from jaxasync.agents.dqn_losses import Categorical, DQNLoss, QLearning, QOutputs
 from jaxasync.agents.q_network import QNetwork
 from jaxasync.agents.target_updates import HardCopy, Polyak, TargetUpdate
-from jaxasync.networks import TORSOS, Torso, check_torso, default_torso
+from jaxasync.networks import Torso, check_torso, check_torso_fields, default_torso
 from jaxasync.pipeline import ReplayConfig
 from jaxasync.types import Transition
 
@@ -121,10 +121,7 @@ class DQNConfig:
       default_factory=ReplayConfig)
 
   def validate(self) -> None:
-    if self.torso not in ("auto", *TORSOS):
-      raise ConfigError(f"torso must be 'auto' or one of {TORSOS}, got {self.torso!r}.")
-    if not self.hidden_sizes:
-      raise ConfigError("hidden_sizes must name at least one layer width, e.g. (64, 64).")
+    check_torso_fields(self.torso, self.hidden_sizes)
     if self.batch_size < 1:
       raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}.")
     self.loss.validate()

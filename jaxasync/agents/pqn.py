@@ -47,7 +47,7 @@ from jaxasync.agents.q_network import QNetwork
 from jaxasync.collectors.unrolls import Unroll
 from jaxasync.envs import check_box_observations
 from jaxasync.errors import ConfigError
-from jaxasync.networks import TORSOS, Torso, check_torso, default_torso
+from jaxasync.networks import Torso, check_torso, check_torso_fields, default_torso
 from jaxasync.pipeline import UnrollConfig
 
 PyTree = Any
@@ -103,10 +103,7 @@ class PQNConfig:
       default_factory=lambda: UnrollConfig(unroll_length=64, max_policy_lag=4))
 
   def validate(self) -> None:
-    if self.torso not in ("auto", *TORSOS):
-      raise ConfigError(f"torso must be 'auto' or one of {TORSOS}, got {self.torso!r}.")
-    if not self.hidden_sizes:
-      raise ConfigError("hidden_sizes must name at least one layer width, e.g. (128, 128).")
+    check_torso_fields(self.torso, self.hidden_sizes, "(128, 128)")
     if self.batch_size < 1:
       raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}.")
     self.data.validate(self.batch_size)
