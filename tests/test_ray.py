@@ -1,11 +1,14 @@
 """Ray actors (``ActorsConfig(mode="ray")``): a local Ray instance through the experiment
-script, and a simulated cluster on this machine (a head without CPUs and two worker nodes)
-that loses a worker node mid-run."""
+script, one that loses its raylet mid-run, and a simulated cluster on this machine (a head
+without CPUs and two worker nodes) that loses a worker node mid-run."""
 
 from __future__ import annotations
 
 import functools
 import json
+import os
+import re
+import signal
 import subprocess
 import sys
 import threading
@@ -19,6 +22,7 @@ from ray.cluster_utils import Cluster
 import faulty_envs
 import jaxasync as ja
 from faulty_envs import RaisingEnvFactory
+from jaxasync import ray_actors
 
 REPO = Path(__file__).resolve().parents[1]
 CARTPOLE = ja.EnvFactory("CartPole-v1")
@@ -49,6 +53,112 @@ def test_experiment_with_ray_actors_on_a_local_instance(tmp_path):
   while _ray_processes() - before and time.monotonic() < deadline:
     time.sleep(0.5)
   assert not _ray_processes() - before
+
+
+def _children(pid: int) -> list[tuple[int, str]]:
+  out = subprocess.run(["ps", "-ww", "-eo", "pid,ppid,args"], capture_output=True, text=True).stdout
+  rows = [line.split(None, 2) for line in out.splitlines()[1:]]
+  return [(int(r[0]), r[2]) for r in rows if len(r) == 3 and int(r[1]) == pid]
+
+
+def _victim(trainer_pid: int, victim: str) -> int | None:
+  """The raylet the trainer started, or the dashboard agent that raylet started (what an OOM
+  kill takes: the raylet fate-shares with it), once the Ray actor runs; else None."""
+  raylet = next((p for p, args in _children(trainer_pid) if "raylet/raylet" in args), None)
+  if raylet is None:
+    return None
+  below = _children(raylet)
+  if not any("RayActorWorker" in args for _, args in below):
+    return None
+  if victim == "raylet":
+    return raylet
+  return next((p for p, args in below if "DashboardAgent" in args or "dashboard/agent.py" in args),
+              None)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("victim", ["agent", "raylet"])
+def test_a_local_instance_losing_its_raylet_ends_the_run_in_one_line(tmp_path, victim):
+  """An agent process of the local instance killed (as the OOM killer would: the raylet
+  fate-shares with it and exits), or the raylet itself: the run ends rc 1 with one ``error:``
+  line naming the local Ray instance and its raylet, its summary holding the error and its
+  final checkpoint saved (Ray's core worker used to end the process at once, rc 1, silent)."""
+  before = _ray_processes()
+  logdir, out, err = tmp_path / "run", tmp_path / "stdout", tmp_path / "stderr"
+  with open(out, "w") as stdout, open(err, "w") as stderr:  # (files: a pipe left unread fills)
+    proc = subprocess.Popen(
+        [sys.executable, "experiments/dqn.py", "--mode", "ray", "--num-actors", "1",
+         "--max-opts", "1000000", "--eval-interval", "0", "--record-interval", "200",
+         "--no-progress", "--logdir", str(logdir)],
+        cwd=REPO, stdout=stdout, stderr=stderr, text=True, start_new_session=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+  try:
+    # Learning under way (a record line: the actor delivered, the learner publishes params),
+    # then the victim, once the Ray actor runs.
+    deadline = time.monotonic() + 240
+    while (not re.search(r"^\[\d+\] env_steps", out.read_text(), re.M)
+           or (pid := _victim(proc.pid, victim)) is None):
+      assert proc.poll() is None, err.read_text()[-3000:]
+      assert time.monotonic() < deadline, f"no {victim} under {_children(proc.pid)}"
+      time.sleep(0.5)
+    os.kill(pid, signal.SIGKILL)
+    proc.wait(timeout=120)
+  finally:
+    if proc.poll() is None:
+      os.killpg(proc.pid, signal.SIGKILL)  # (a Ray of the trainer's session included)
+      proc.wait()
+  err = err.read_text()
+  errors = [line for line in err.splitlines() if line.startswith("error:")]
+  assert proc.returncode == 1 and len(errors) == 1, (proc.returncode, err[-3000:])
+  assert re.match(r"error: the local Ray instance failed \((its raylet exited|its node died)",
+                  errors[0]), errors[0]
+  if victim == "agent":
+    assert "dashboard_agent" in errors[0], errors[0]  # (the reason the raylet logged)
+  summary = json.loads((logdir / "summary.json").read_text())
+  assert "the local Ray instance failed" in summary["error"]
+  assert (logdir / "final").is_dir()
+  deadline = time.monotonic() + 20
+  while _ray_processes() - before and time.monotonic() < deadline:
+    time.sleep(0.5)
+  assert not _ray_processes() - before
+
+
+class _Exited:
+  """A raylet process that exited with ``code`` (``subprocess.Popen.poll``'s answer)."""
+
+  def __init__(self, code: int):
+    self.code = code
+
+  def poll(self) -> int:
+    return self.code
+
+
+def test_the_receiver_stops_calling_ray_once_the_local_raylet_exited(monkeypatch):
+  """Once the raylet of the local instance exited, the receiver makes no Ray call (one would
+  end the process from Ray's core worker): the run fails with ``ActorFailed`` naming it, and
+  stopping kills no actor."""
+  config = ja.ActorConfig(num_envs=1, chunk_steps=1, seed=0)
+  store = ray_actors.RayParamStore()
+  store.publish(ja.ModelInfo(0, {"w": 0}))
+  manager = ray_actors.RayActorManager(None, CARTPOLE, [config], ja.ChunkQueue(2), store)
+  manager._raylet, manager.handles = _Exited(-9), ["a handle of a dead actor"]
+  monkeypatch.setattr(ray_actors, "import_ray", lambda: pytest.fail("a Ray call"))
+  monkeypatch.setattr(ray_actors, "ray_logs", lambda: "/tmp/ray/logs")
+  manager._receive()
+  with pytest.raises(ja.ActorFailed, match=r"the local Ray instance failed \(its raylet "
+                     r"exited, killed by signal 9\).*--resume.*/tmp/ray/logs"):
+    manager.check()
+  assert manager.handles == ["a handle of a dead actor"]  # (not killed: Ray is gone)
+
+
+def test_the_raylet_exit_reason_is_read_from_its_log(tmp_path):
+  (tmp_path / "raylet.out").write_text(
+      'main.cc:481: Raylet graceful shutdown triggered with death info: reason: '
+      'UNEXPECTED_TERMINATION\nreason_message: "dashboard_agent failed and raylet fate-shares '
+      'with it."\n')
+  assert (ray_actors.raylet_exit_reason(str(tmp_path))
+          == "dashboard_agent failed and raylet fate-shares with it")
+  assert ray_actors.raylet_exit_reason(str(tmp_path / "missing")) == ""
 
 
 @pytest.fixture(scope="module")
