@@ -269,3 +269,15 @@ def test_sac_learns_pendulum_with_process_actors(tmp_path):
   assert summary["best_eval_reward"] >= -250, evals
   assert stats[0].env_steps > 0
   assert_no_strays(before)
+
+
+def test_cli_presets():
+  from jaxasync.train.sac import parse
+  pendulum = parse(["--seed", "3"])
+  assert (pendulum.env_id, pendulum.run.seed, pendulum.agent.batch_size) == ("Pendulum-v1", 3, 128)
+  mujoco = parse(["--preset", "mujoco", "--env-id", "Hopper-v5", "--agent.batch-size", "128"])
+  assert mujoco.env_id == "Hopper-v5" and mujoco.agent.batch_size == 128  # a flag after the preset wins
+  assert (mujoco.agent.actor_learning_rate, mujoco.agent.critic_learning_rate) == (3e-4, 1e-3)
+  assert (mujoco.agent.data.warmup_period, mujoco.agent.data.replay_capacity) == (5_000, 1_000_000)
+  assert mujoco.agent.policy_delay == 2 and mujoco.agent.hidden_sizes == (256, 256)
+  assert mujoco.run.max_env_steps == 1_000_000 and mujoco.run.eval_interval == 10_000
