@@ -144,6 +144,11 @@ class Agent(abc.ABC):
     collectors can preallocate them; ``None`` when ``select`` returns none."""
     return None
 
+  def unroll_return_discount(self) -> float | None:
+    """The discount of the running return an unroll collector tracks per sub-env
+    (``Unroll.discounted_return``, for reward scaling), or ``None`` (the default): none."""
+    return None
+
   def actor_metrics(self, actor_state: PyTree) -> dict[str, float]:
     """Scalars about an actor's exploration worth recording (DQN: its mean epsilon)."""
     return {}

@@ -233,7 +233,8 @@ class UnrollConfig(DataPipeline):
     if replay is not None:
       raise ConfigError(f"{type(agent).__name__} learns from unrolls in a queue: it takes no "
                         "replay; drop the replay argument.")
-    return functools.partial(_unroll_collector, self.unroll_length, agent.extras_example())
+    return functools.partial(_unroll_collector, self.unroll_length, agent.extras_example(),
+                             agent.unroll_return_discount())
 
   def check_actors(self, actors: ActorsConfig) -> None:
     lag = self.max_policy_lag
@@ -258,9 +259,11 @@ class UnrollConfig(DataPipeline):
                        max_policy_lag=self.max_policy_lag, batch_axis=1)
 
 
-def _unroll_collector(unroll_length, extras_example, num_envs, obs_example, action_example):
+def _unroll_collector(unroll_length, extras_example, return_discount, num_envs, obs_example,
+                      action_example):
   from jaxasync.collectors.unrolls import UnrollCollector
-  return UnrollCollector(num_envs, obs_example, action_example, extras_example, unroll_length)
+  return UnrollCollector(num_envs, obs_example, action_example, extras_example, unroll_length,
+                         return_discount)
 
 
 def check_return_settings(n_step: int, gamma: float, reward_clip: float) -> None:

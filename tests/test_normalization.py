@@ -165,6 +165,55 @@ def test_actor_critics_learn_and_act_on_observations_normalised_by_the_learners_
                  for p, _ in jax.tree_util.tree_leaves_with_path(state))
 
 
+@pytest.mark.parametrize("cls, config_cls, extra", AGENTS)
+def test_actor_critics_scale_rewards_by_the_spread_of_the_discounted_return(cls, config_cls,
+                                                                            extra):
+  """``normalize_rewards``: the learner's return statistics are the mean and variance of the
+  batch's discounted returns (rows 1..T, first timesteps left out), and the loss sees the
+  rewards divided by their standard deviation and clipped: the same SGD steps as the plain
+  agent's on a batch whose rewards were scaled by hand."""
+  T, N = 6, 3
+  on = cls(config_cls(hidden_sizes=(8,), normalize_rewards=True, reward_clip=2.0,
+                      data=ja.UnrollConfig(unroll_length=T), **extra), OBS3, ACT2)
+  off = cls(config_cls(hidden_sizes=(8,), data=ja.UnrollConfig(unroll_length=T), **extra),
+            OBS3, ACT2)
+  assert on.unroll_return_discount() == on.config.gamma and off.unroll_return_discount() is None
+  rng = np.random.default_rng(2)
+  batch = _unrolls(rng, 2, T, N)
+  batch = batch._replace(reward=batch.reward * 20.0,  # (some clipped at 2 once scaled)
+                         discounted_return=(20.0 + 8.0 * rng.normal(size=batch.reward.shape)
+                                            ).astype(np.float32))
+  state = on.init(jax.random.PRNGKey(0))
+  chex.assert_trees_all_equal(state.return_stats, init_running_stats(()))
+  new_state, _, _ = on.update(state, batch)
+  counted = [batch.discounted_return[i, 1:][~batch.first[i, 1:]] for i in range(2)]
+  stats = new_state.return_stats
+  assert float(stats.count) == sum(len(c) for c in counted) < 2 * T * N
+  np.testing.assert_allclose(stats.mean, np.concatenate(counted).mean(), rtol=1e-5)
+  np.testing.assert_allclose(stats.var, np.concatenate(counted).var(), rtol=1e-4)
+  # Unroll i's rewards scaled by the statistics of unrolls 0..i (updated before each step).
+  first_var = np.var(counted[0])
+  scaled = np.stack([np.clip(batch.reward[0] / np.sqrt(first_var + 1e-8), -2, 2),
+                     np.clip(batch.reward[1] / np.sqrt(float(stats.var) + 1e-8), -2, 2)])
+  assert (np.abs(scaled) == 2.0).any() and (np.abs(scaled) < 2.0).any()
+  plain, _, _ = off.update(off.init(jax.random.PRNGKey(0)),
+                           batch._replace(reward=scaled.astype(np.float32)))
+  chex.assert_trees_all_close(host(new_state.params), host(plain.params), rtol=1e-5, atol=1e-6)
+  # Rewards enter only the loss: the published params are the network's own.
+  assert on.policy_params(new_state) is new_state.params
+  # A batch without the return (no collector tracked it) is refused, naming the option.
+  with pytest.raises(ValueError, match="normalize_rewards needs unrolls with discounted_return"):
+    on.update(on.init(jax.random.PRNGKey(0)), batch._replace(discounted_return=None))
+
+
+def test_the_pipeline_builds_collectors_that_track_the_agents_return():
+  on = ja.PPO(ja.PPOConfig(gamma=0.9, normalize_rewards=True), OBS3, ACT2)
+  off = ja.PPO(ja.PPOConfig(gamma=0.9), OBS3, ACT2)
+  obs, action = np.zeros(3, np.float32), np.zeros((), np.int64)
+  assert on.data.collector_factory(on)(2, obs, action).return_discount == 0.9
+  assert off.data.collector_factory(off)(2, obs, action).return_discount is None
+
+
 def test_bad_input_is_refused_in_one_line():
   with pytest.raises(ja.ConfigError, match="observation_clip must be > 0"):
     ja.PPO(ja.PPOConfig(normalize_observations=True, observation_clip=0.0), OBS3, ACT2)
@@ -175,12 +224,16 @@ def test_bad_input_is_refused_in_one_line():
   assert "\n" not in message and "Frames-v0" in message and "IMPALA" in message
   assert "--agent.normalize-observations" in message
   ja.IMPALA(ja.IMPALAConfig(), frames, ACT2, "Frames-v0")  # (off: accepted as before)
+  with pytest.raises(ja.ConfigError, match="reward_clip must be > 0"):
+    ja.PPO(ja.PPOConfig(normalize_rewards=True, reward_clip=-1.0), OBS3, ACT2)
 
 
 def test_the_mujoco_preset_normalises_observations():
   import ppo  # experiments/ppo.py
   mujoco = ppo.parse(["--preset", "mujoco"])
   assert mujoco.agent.normalize_observations and mujoco.agent.observation_clip == 10.0
+  assert mujoco.agent.normalize_rewards and mujoco.agent.reward_clip == 10.0
+  assert not ppo.parse([]).agent.normalize_rewards
   assert not ppo.parse([]).agent.normalize_observations
   assert not ppo.parse(["--preset", "pendulum"]).agent.normalize_observations
   assert not ppo.parse(["--preset", "mujoco", "--agent.no-normalize-observations"]
@@ -269,3 +322,45 @@ def test_a_sync_ppo_run_normalises_with_the_statistics_it_trained_on_and_resumes
   assert len(rec.before) == calls + 2
   chex.assert_trees_all_equal(rec.before[calls], stats)
   assert float(rec.after[17].count) == 2048 + 128
+
+
+def test_a_sync_ppo_run_scales_rewards_by_the_return_its_actor_continued_across_unrolls(
+    tmp_path):
+  """``normalize_rewards`` through the real pipeline: the actor's collector continues each
+  sub-env's discounted return across unroll boundaries (Pendulum's 200-step episodes span
+  several 64-step unrolls), the learner's statistics are those of exactly the returns of the
+  steps it trained on, and a resumed run restores them from the checkpoint."""
+  gamma = 0.9
+  agent = ja.PPO(ja.PPOConfig(hidden_sizes=(16,), num_epochs=1, num_minibatches=2, gamma=gamma,
+                              normalize_rewards=True, data=ja.UnrollConfig(unroll_length=64)),
+                 gym.spaces.Box(-8.0, 8.0, (3,), np.float32),
+                 gym.spaces.Box(-2.0, 2.0, (1,), np.float32), "Pendulum-v1")
+  batches, update = [], agent.update
+
+  def recording_update(state, batch, weights=None):
+    batches.append(jax.tree.map(lambda x: np.asarray(x)[0], batch))  # (k = 1)
+    return update(state, batch, weights)
+
+  agent.update = recording_update
+  trainer = _pendulum_trainer(agent, tmp_path / "run", 1024)
+  trainer.train()
+  assert len(batches) == 8  # 1024 env steps / (64 steps x 2 envs)
+  # By hand over the whole timeline (consecutive unrolls share their boundary row).
+  reward = np.concatenate([batches[0].reward[:1]] + [b.reward[1:] for b in batches])
+  first = np.concatenate([batches[0].first[:1]] + [b.first[1:] for b in batches])
+  running, by_hand = np.zeros(2), []
+  for r, f in zip(reward, first):
+    running = np.where(f, 0.0, gamma * running + r)
+    by_hand.append(running)
+  by_hand = np.asarray(by_hand)
+  got = np.concatenate([batches[0].discounted_return[:1]]
+                       + [b.discounted_return[1:] for b in batches])
+  np.testing.assert_allclose(got, by_hand, rtol=1e-5, atol=1e-4)
+  assert first[1:].sum() == 2 * 2 and (by_hand < -20).any()  # (2 episodes ended per sub-env)
+  counted = by_hand[1:][~first[1:]]
+  stats = host(trainer.learner.state.return_stats)
+  assert float(stats.count) == len(counted) == 1024 - 4  # (the autoreset steps are no steps)
+  np.testing.assert_allclose(stats.mean, counted.mean(), rtol=1e-4)
+  np.testing.assert_allclose(stats.var, counted.var(), rtol=1e-3)
+  resumed = _pendulum_trainer(agent, tmp_path / "run", 1024 + 128, resume=True)
+  chex.assert_trees_all_equal(host(resumed.learner.state.return_stats), stats)

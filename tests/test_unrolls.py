@@ -55,16 +55,16 @@ def _policy(s):
   return action, extras
 
 
-def _collector(unroll_length=T):
+def _collector(unroll_length=T, return_discount=None):
   return UnrollCollector(
       B, obs_example=np.zeros(3, np.float32), action_example=np.zeros((), np.int32),
       extras_example={"logits": np.zeros(A, np.float32), "value": np.zeros((), np.float32)},
-      unroll_length=unroll_length)
+      unroll_length=unroll_length, return_discount=return_discount)
 
 
-def _run(steps, unroll_length=T, **env_kwargs):
+def _run(steps, unroll_length=T, return_discount=None, **env_kwargs):
   """Unrolls emitted in ``steps`` steps, the collector and the env."""
-  env, col = ScriptedVecEnv(**env_kwargs), _collector(unroll_length)
+  env, col = ScriptedVecEnv(**env_kwargs), _collector(unroll_length, return_discount)
   col.reset(env.reset())
   unrolls = []
   for s in range(steps):
@@ -128,6 +128,24 @@ def test_unrolls_match_the_hand_written_timeline():
   np.testing.assert_array_equal(unrolls[0].obs[0], [[0, 0, 0], [1, 0, 0]])
   np.testing.assert_array_equal(unrolls[0].action[:, 1], [1, 11, 21, 0])
   np.testing.assert_array_equal(unrolls[1].reward[:, 1], [103, 104, 0, 101])
+
+
+def test_the_running_discounted_return_by_hand_across_episode_ends_and_unroll_boundaries():
+  """``return_discount`` 0.5 over the timeline above: ``R[t] = 0.5 R[t - 1] + reward[t]``,
+  0 at each first timestep, continued from one unroll into the next; an env's reward at its
+  autoreset step (7 here) counts nowhere."""
+  by_hand = np.array([  # sub-env 0: rewards 0 1 2 3 | 0 1 2 3 | 0 1; sub-env 1: 0 101..104 | 0 101..
+      [0, 0], [1, 101], [2.5, 152.5], [4.25, 179.25], [0, 193.625],
+      [1, 0], [2.5, 101], [4.25, 152.5], [0, 179.25], [1, 193.625]], np.float32)
+  unrolls, _, _ = _run(3 * T, return_discount=0.5, autoreset_reward=7.0)
+  for k, u in enumerate(unrolls):
+    np.testing.assert_allclose(u.discounted_return, by_hand[T * k:T * k + T + 1], rtol=1e-6)
+    assert u.discounted_return.dtype == np.float32
+    chex.assert_trees_all_equal(u._replace(discounted_return=None), _expected(k))
+  # Not asked for: not tracked, and the unrolls are those of before.
+  assert all(u.discounted_return is None for u in _run(3 * T)[0])
+  with pytest.raises(ValueError, match="return_discount"):
+    _collector(return_discount=1.5)
 
 
 def test_consecutive_unrolls_share_their_boundary_timestep():

@@ -12,7 +12,11 @@ With ``normalize_observations`` the network sees observations standardised by ru
 statistics (``agents/normalization.py``) that live in the learner's state: the learner
 updates them from each batch it trains on, before its SGD step, and publishes them with the
 params (``NormalizedPolicyParams``), so actors and the evaluator normalise with exactly the
-version they adopted, inside the one jitted ``policy`` call.
+version they adopted, inside the one jitted ``policy`` call. With ``normalize_rewards`` the
+learner divides rewards by the running standard deviation of the discounted return
+(gymnasium's ``NormalizeReward``): each actor's collector continues that return per sub-env
+(``Unroll.discounted_return``), and the statistics live in the learner's state beside the
+observation ones; rewards enter only the loss, so nothing is published.
 """
 
 from __future__ import annotations
@@ -45,6 +49,9 @@ PyTree = Any
 
 
 # --- policy heads -------------------------------------------------------------------------------
+REWARD_SCALE_EPS = 1e-8  # gymnasium's NormalizeReward epsilon (added to the variance)
+
+
 class PolicyHead(abc.ABC):
   """What an actor-critic's policy is over one action kind: the layer that turns the policy
   torso's features into distribution parameters ("dist params", a pytree with leaves
@@ -271,6 +278,9 @@ class ActorCriticState(LearnerState):
   # The running observation statistics with ``normalize_observations``; None (no leaves, so
   # the state, its checkpoints and its updates are those of before) without.
   obs_stats: RunningMeanStd | None = None
+  # The running statistics of the discounted return (shape ``[]``) with
+  # ``normalize_rewards``; None without.
+  return_stats: RunningMeanStd | None = None
 
 
 @flax.struct.dataclass
@@ -438,14 +448,39 @@ class ActorCritic(Agent):
     final and reset observations included), since ``obs[T]`` is the next unroll's ``obs[0]``
     from the same envs and counts there. Every actor's unrolls count alike, by the data the
     learner trains on, so no actor's stream weighs more than its share of the batches."""
+    if state.return_stats is not None:
+      state, unroll = self._scale_rewards(state, unroll)
     if state.obs_stats is None:
       return state, unroll
     obs_stats = update_running_stats(state.obs_stats, batch_major(unroll.obs[:-1]))
     return (state.replace(obs_stats=obs_stats),
             unroll._replace(obs=self.normalize_obs(obs_stats, unroll.obs)))
 
+  def _scale_rewards(self, state: ActorCriticState, unroll):
+    """``normalize_rewards``: the return statistics updated from ``unroll.discounted_return``
+    ``[T + 1, N]`` and its rewards divided by their standard deviation (not centred, as
+    gymnasium's ``NormalizeReward``: a shift would change which episodes are worth ending),
+    clipped at ``reward_clip``.
+
+    Each step counts once: rows ``1..T`` (row 0 is the previous unroll's row ``T``) but the
+    first timesteps of episodes, which are no steps (their return restarts at 0)."""
+    if unroll.discounted_return is None:
+      raise ValueError("normalize_rewards needs unrolls with discounted_return: a collector "
+                       "built with the agent's unroll_return_discount() tracks it.")
+    chex.assert_equal_shape((unroll.discounted_return, unroll.reward))
+    return_stats = update_running_stats(state.return_stats,
+                                        batch_major(unroll.discounted_return[1:]),
+                                        mask=batch_major(~unroll.first[1:]))
+    clip = self.config.reward_clip
+    scaled = jnp.clip(unroll.reward / jnp.sqrt(return_stats.var + REWARD_SCALE_EPS), -clip, clip)
+    return state.replace(return_stats=return_stats), unroll._replace(reward=scaled)
+
   def extras_example(self) -> dict:
     return self.head.extras_example()
+
+  def unroll_return_discount(self) -> float | None:
+    """``gamma`` with ``normalize_rewards`` (the return whose spread scales the rewards)."""
+    return self.config.gamma if self.config.normalize_rewards else None
 
   def initial_actor_state(self, context: ActorContext) -> bool:
     """Whether to act greedily: only when evaluating with ``eval_greedy``."""
@@ -469,9 +504,11 @@ class ActorCritic(Agent):
     params = self.init_params(key)
     obs_stats = (init_running_stats(self.obs_space.shape)
                  if self.config.normalize_observations else None)
+    return_stats = init_running_stats(()) if self.config.normalize_rewards else None
     return ActorCriticState(params=params, opt_state=self.optimizer.init(params),
                             opt_steps=jnp.zeros((), jnp.int32),
-                            key=key_data(jax.random.fold_in(key, 1)), obs_stats=obs_stats)
+                            key=key_data(jax.random.fold_in(key, 1)), obs_stats=obs_stats,
+                            return_stats=return_stats)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -502,6 +539,12 @@ class ActorCriticConfig:
       params, so actors and the evaluator apply the very version they adopted. Float
       (vector) observations only.
     observation_clip: the bound of the normalised observations (gymnasium's and CleanRL's 10).
+    normalize_rewards: rewards divided by the running standard deviation of the discounted
+      return (gamma), as gymnasium's NormalizeReward in CleanRL's MuJoCo PPO, then clipped at
+      reward_clip. Each actor continues that return per sub-env (it holds the stream); the
+      statistics live in the learner's state (checkpointed) and count every step of the
+      batches trained on once. The values learn the scaled returns.
+    reward_clip: the bound of the scaled rewards (CleanRL's 10).
     data: what it learns from: unrolls of ``unroll_length`` steps through a queue that drops
       those older than ``max_policy_lag`` SGD steps (``UnrollConfig``; shown among the
       agent's flags, ``--agent.unroll-length``).
@@ -522,6 +565,8 @@ class ActorCriticConfig:
   eval_greedy: bool = True
   normalize_observations: bool = False
   observation_clip: float = 10.0
+  normalize_rewards: bool = False
+  reward_clip: float = 10.0
   data: Annotated[UnrollConfig, tyro.conf.arg(name="")] = dataclasses.field(
       default_factory=UnrollConfig)
 
@@ -544,3 +589,5 @@ class ActorCriticConfig:
     if not 0.0 < self.observation_clip <= float("inf"):
       raise ConfigError(f"observation_clip must be > 0 (inf: no clip), got "
                         f"{self.observation_clip}.")
+    if not 0.0 < self.reward_clip <= float("inf"):
+      raise ConfigError(f"reward_clip must be > 0 (inf: no clip), got {self.reward_clip}.")

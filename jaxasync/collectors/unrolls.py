@@ -55,6 +55,11 @@ class Unroll(NamedTuple):
       ``[T + 1, B]`` bool: the pair ``(t - 1 -> t)`` is no transition.
     last: ``obs[t]`` ends an episode (terminated or truncated on arriving at it),
       ``[T + 1, B]`` bool: the action at ``t`` is the env's ignored autoreset action.
+    discounted_return: with a collector's ``return_discount`` g, each sub-env's running
+      discounted return of its episode so far, ``R[t] = g R[t - 1] + reward[t]`` with
+      ``R = 0`` at a first timestep, ``[T + 1, B]`` float32 (the statistic gymnasium's
+      ``NormalizeReward`` scales rewards by, kept where the stream of each sub-env is: a
+      learner cannot continue it across unrolls); ``None`` without.
   """
 
   obs: np.ndarray
@@ -64,6 +69,7 @@ class Unroll(NamedTuple):
   discount: np.ndarray
   first: np.ndarray
   last: np.ndarray
+  discounted_return: Any = None
 
 
 class UnrollCollector(CollectorBase):
@@ -86,14 +92,18 @@ class UnrollCollector(CollectorBase):
     extras_example: a pytree of arrays (no batch axis), the policy outputs stored per
       step (e.g. ``{"logits": np.zeros(A, np.float32)}``); ``None`` for none.
     unroll_length: ``T >= 1``, the steps per unroll.
+    return_discount: ``g`` in ``[0, 1]`` to track each sub-env's running discounted return
+      (``Unroll.discounted_return``); ``None``: not tracked.
   """
 
   def __init__(self, num_envs: int, obs_example: np.ndarray, action_example: np.ndarray,
-               extras_example: Any, unroll_length: int):
+               extras_example: Any, unroll_length: int, return_discount: float | None = None):
     if num_envs < 1:
       raise ValueError(f"num_envs must be >= 1, got {num_envs}.")
     if unroll_length < 1:
       raise ValueError(f"unroll_length must be >= 1, got {unroll_length}.")
+    if return_discount is not None and not 0.0 <= return_discount <= 1.0:
+      raise ValueError(f"return_discount must be in [0, 1] or None, got {return_discount}.")
     super().__init__(num_envs)
     obs_example, action_example = np.asarray(obs_example), np.asarray(action_example)
     self.unroll_length = unroll_length
@@ -108,6 +118,11 @@ class UnrollCollector(CollectorBase):
     self._disc = np.ones(rows, np.float32)
     self._first = np.zeros(rows, bool)
     self._last = np.zeros(rows, bool)
+    self.return_discount = return_discount
+    # float64 running sum per sub-env (a float32 one would round over long episodes); its
+    # rows are stored as float32, as the rewards.
+    self._running_return = np.zeros(num_envs, np.float64)
+    self._ret = None if return_discount is None else np.zeros(rows, np.float32)
     self._t = 0  # the row of the timestep to act on next
     self._autoreset = np.zeros(num_envs, bool)  # the next step is an autoreset step
 
@@ -123,6 +138,9 @@ class UnrollCollector(CollectorBase):
     self._current_obs = self._obs[0].copy()
     self._autoreset[:] = False
     self._ep_return[:] = 0.0
+    self._running_return[:] = 0.0
+    if self._ret is not None:
+      self._ret[0] = 0.0
 
   def step(self, action: np.ndarray, reward: np.ndarray, next_obs: np.ndarray,
            terminated: np.ndarray, truncated: np.ndarray, extras: Any = None
@@ -185,6 +203,10 @@ class UnrollCollector(CollectorBase):
     self._last[t + 1] = done
     self._current_obs = np.array(next_obs, dtype=self._obs.dtype)
 
+    if self._ret is not None:  # 0 at a first timestep (reward 0 there, and the sum restarts)
+      self._running_return = np.where(self._autoreset, 0.0,
+                                      self.return_discount * self._running_return + reward)
+      self._ret[t + 1] = self._running_return
     self._ep_return += reward
     if done.any():
       self._end_episodes(done)
@@ -197,9 +219,11 @@ class UnrollCollector(CollectorBase):
     out = Unroll(obs=self._obs.copy(), action=self._act.copy(),
                  extras=jax.tree.unflatten(self._extras_def, [x.copy() for x in self._extras]),
                  reward=self._rew.copy(), discount=self._disc.copy(),
-                 first=self._first.copy(), last=self._last.copy())
-    for buf in (self._obs, self._rew, self._disc, self._first, self._last):
-      buf[0] = buf[-1]  # the boundary timestep starts the next unroll
+                 first=self._first.copy(), last=self._last.copy(),
+                 discounted_return=None if self._ret is None else self._ret.copy())
+    for buf in (self._obs, self._rew, self._disc, self._first, self._last, self._ret):
+      if buf is not None:
+        buf[0] = buf[-1]  # the boundary timestep starts the next unroll
     self._t = 0
     return out
 

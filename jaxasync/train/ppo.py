@@ -94,24 +94,22 @@ def mujoco_preset() -> Args:
   GAE 0.95, clip 0.2, the value's change clipped at 0.2 too (CleanRL's clip_vloss), value
   cost 0.5, no entropy bonus, gradient clip 0.5, separate 64x64 tanh torsos with
   orthogonal init, a state-independent log-std initialised to 0, observations normalised
-  by running statistics and clipped at 10, 1M env steps. Evaluations (ours): 10 greedy
-  episodes every 10 iterations.
+  by running statistics and clipped at 10, rewards divided by the running standard
+  deviation of the discounted return and clipped at 10, 1M env steps. Evaluations (ours):
+  10 greedy episodes every 10 iterations.
   """
-  # CleanRL normalises observations with gymnasium's NormalizeObservation inside each env;
-  # here the statistics are the learner's (normalize_observations: updated from the batches
-  # it trains on, published with the params), so actors and the evaluator cannot drift apart.
-  # They are updated once per batch, before its epochs, where CleanRL's move every env step.
-  # CleanRL's NormalizeReward (rewards over the running std of a discounted return, clipped
-  # at 10) is not done: that return is a running sum per env stream across unrolls, which
-  # the learner cannot continue (unrolls carry no stream identity, and lagged ones are
-  # dropped), and restarting it at each unroll would shrink the scale for short unrolls.
-  # Until it is, this preset's MuJoCo returns are not strictly comparable with CleanRL's.
+  # CleanRL normalises observations and scales rewards with gymnasium's NormalizeObservation
+  # and NormalizeReward inside each env; here both statistics are the learner's
+  # (normalize_observations, normalize_rewards: updated from the batches it trains on), so
+  # actors and the evaluator cannot drift apart. The discounted return that scales the
+  # rewards is continued per sub-env by the actor's collector, as in the wrapper; the
+  # statistics move once per batch, before its epochs, where CleanRL's move every env step.
   agent = ja.PPOConfig(batch_size=1, gamma=0.99, gae_lambda=0.95, learning_rate=3e-4,
                        adam_eps=1e-5, num_epochs=10, num_minibatches=32, clip_epsilon=0.2,
                        value_clip_epsilon=0.2, value_cost=0.5, entropy_cost=0.0,
                        max_grad_norm=0.5, hidden_sizes=(64, 64), activation="tanh",
                        orthogonal_init=True, normalize_observations=True,
-                       observation_clip=10.0,
+                       observation_clip=10.0, normalize_rewards=True, reward_clip=10.0,
                        data=ja.UnrollConfig(unroll_length=2048, max_policy_lag=2))
   run = ja.RunConfig(max_opts=1_000_000, max_env_steps=1_000_000, updates_per_call=1,
                      eval_interval=10, eval_episodes=10, record_interval=1, save_interval=50)
