@@ -9,6 +9,7 @@ their side.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any, Protocol
 
 import gymnasium as gym
@@ -68,6 +69,7 @@ class EnvFactory:
     if num_envs < 1:
       raise ConfigError(f"num_envs must be >= 1, got {num_envs}.")
     check_env_id(self.env_id)
+    _route_mujoco_warnings(self.env_id)
     kwargs = dict(self.kwargs)
     try:
       env = gym.make_vec(self.env_id, num_envs=num_envs,
@@ -83,6 +85,29 @@ class EnvFactory:
           "NEXT_STEP (gymnasium's default): build it without autoreset_mode.")
     env.reset(seed=seed)
     return env
+
+
+_mujoco_warnings_routed = False
+
+
+def _route_mujoco_warnings(env_id: str) -> None:
+  """Before a MuJoCo env is built (once per process): MuJoCo's warnings go to Python's
+  ``warnings`` (shown once per message) instead of to stderr and a MUJOCO_LOG.TXT that
+  MuJoCo writes into the working directory (mujoco 4.0 warns on every load of the -v5
+  models' XML, in every actor and the evaluator)."""
+  global _mujoco_warnings_routed
+  if _mujoco_warnings_routed:
+    return
+  try:
+    entry_point = str(gym.spec(env_id).entry_point)
+  except gym.error.Error:
+    return  # (check_env_id passed: a 'module:Env' id registers on make; not a MuJoCo one here)
+  if "mujoco" not in entry_point:
+    return
+  import mujoco
+  mujoco.set_mju_user_warning(
+      lambda message: warnings.warn(f"MuJoCo: {message.strip()}", RuntimeWarning, stacklevel=2))
+  _mujoco_warnings_routed = True
 
 
 def check_env_id(env_id: str) -> None:

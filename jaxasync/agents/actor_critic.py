@@ -411,7 +411,8 @@ class ActorCritic(Agent):
     self._dist_params = jax.jit(dist_params)
 
   def init_params(self, key: chex.PRNGKey) -> PyTree:
-    obs = jnp.zeros((1,) + self.obs_space.shape, self.obs_space.dtype)
+    # numpy: jnp.zeros would warn of a float64 space (MuJoCo's) that JAX truncates anyway.
+    obs = np.zeros((1,) + self.obs_space.shape, self.obs_space.dtype)
     return self.network.init(key, obs)
 
   def apply_unroll(self, params: PyTree, obs: jnp.ndarray) -> tuple[PyTree, jnp.ndarray]:

@@ -235,7 +235,8 @@ class DQN(EpsilonGreedyActing, Agent):
   # --- init / params -------------------------------------------------------
   def init(self, key: chex.PRNGKey) -> DQNState:
     """The initial state; ``key`` (``jax.random.PRNGKey``) seeds the params and the update noise."""
-    obs = jnp.zeros((1,) + self.obs_space.shape, self.obs_space.dtype)
+    # numpy: jnp.zeros would warn of a float64 space (MuJoCo's) that JAX truncates anyway.
+    obs = np.zeros((1,) + self.obs_space.shape, self.obs_space.dtype)
     params = self.network.init(key, obs, True)  # deterministic (positional: nn.vmap drops kwargs)
     return DQNState(params=params, target_params=jax.tree.map(jnp.copy, params),
                     opt_state=self.optimizer.init(params), opt_steps=jnp.zeros((), jnp.int32),

@@ -224,7 +224,8 @@ class PQN(EpsilonGreedyActing, Agent):
 
   # --- init / params -------------------------------------------------------
   def init(self, key: chex.PRNGKey) -> PQNState:
-    obs = jnp.zeros((1,) + self.obs_space.shape, self.obs_space.dtype)
+    # numpy: jnp.zeros would warn of a float64 space (MuJoCo's) that JAX truncates anyway.
+    obs = np.zeros((1,) + self.obs_space.shape, self.obs_space.dtype)
     params = self.network.init(key, obs)
     return PQNState(params=params, opt_state=self.optimizer.init(params),
                     opt_steps=jnp.zeros((), jnp.int32), key=key_data(jax.random.fold_in(key, 1)))

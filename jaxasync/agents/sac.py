@@ -174,7 +174,8 @@ class SAC(ContinuousAgent):
     """The initial state; ``key`` (``jax.random.PRNGKey``) seeds the params and the update's
     sampling."""
     k_actor, k_critic, k_update = jax.random.split(key, 3)
-    obs = jnp.zeros((1,) + self.obs_space.shape, self.obs_space.dtype)
+    # numpy: jnp.zeros would warn of a float64 space (MuJoCo's) that JAX truncates anyway.
+    obs = np.zeros((1,) + self.obs_space.shape, self.obs_space.dtype)
     action = jnp.zeros((1, self.action_dim), jnp.float32)
     actor_params = self.actor.init(k_actor, obs)
     critic_params = self.critic.init(k_critic, obs, action)
