@@ -237,3 +237,35 @@ def test_ppo_learns_pendulum_in_sync(tmp_path):
   print(f"best {summary['best_eval_reward']:.1f} in {time.monotonic() - start:.0f} s: {evals}")
   assert summary["best_eval_reward"] >= -250, evals
   assert summary["env_steps"] <= 100_000 + 4 * 1024
+
+
+def test_a_gaussian_ratio_far_past_float32s_exp_gives_a_finite_loss_and_gradient():
+  """A sample whose behaviour log-probability is 200 below the learner's (a lagged Gaussian
+  policy far in its tail): exp(200) overflows float32, and with a negative advantage the
+  unguarded surrogate is -inf and every gradient NaN. Held at exp(20), the loss is finite,
+  the extreme sample gives no gradient, and the other sample's gradient is its own."""
+  from jaxasync.agents.ppo import MAX_LOG_RATIO, PPOBatch, ppo_losses
+  head = GaussianHead.for_box(gym.spaces.Box(-1.0, 1.0, (1,), np.float32))
+  config = ja.PPOConfig(clip_epsilon=0.2, normalize_advantages=False, value_cost=0.0,
+                        entropy_cost=0.0)
+  action = jnp.array([[0.3], [0.1]])
+
+  def pg_loss(mean, behaviour_log_prob, advantage):
+    params = GaussianParams(mean, jnp.zeros_like(mean))
+    batch = PPOBatch(obs=jnp.zeros((2, 1)), action=action, behaviour_log_prob=behaviour_log_prob,
+                     advantage=advantage, value_target=jnp.zeros(2), old_value=jnp.zeros(2),
+                     mask=jnp.ones(2, bool))
+    return ppo_losses(params, jnp.zeros(2), batch, config, head)[1]["pg_loss"]
+
+  mean = jnp.array([[0.0], [0.0]])
+  log_pi = gaussian_log_prob(GaussianParams(mean, jnp.zeros_like(mean)), action)
+  far = log_pi - jnp.array([200.0, 0.05])  # ratio exp(200) and exp(0.05)
+  assert not np.isfinite(np.exp(np.float32(200.0)))
+  loss, grad = jax.value_and_grad(pg_loss)(mean, far, jnp.array([-1.0, 1.0]))
+  # Sample 0 held at exp(20) with advantage -1: min(-e^20, -1.2) = -e^20; sample 1: ratio
+  # e^0.05 = 1.051 inside the clip, min(1.051, 1.2) = 1.051. pg_loss = -(sum) / 2.
+  np.testing.assert_allclose(loss, (math.exp(MAX_LOG_RATIO) - math.exp(0.05)) / 2, rtol=1e-5)
+  assert np.all(np.isfinite(grad))
+  assert float(grad[0, 0]) == 0.0
+  # Sample 1's gradient alone: d/dmean of -ratio/2 = -ratio (a - mean) / 2 (unit std).
+  np.testing.assert_allclose(grad[1, 0], -math.exp(0.05) * 0.1 / 2, rtol=1e-4)

@@ -117,6 +117,9 @@ def gae_advantages(pairs, values: jnp.ndarray, gae_lambda: float) -> jnp.ndarray
       pairs.reward, pairs.discount, lambdas, values)
 
 
+MAX_LOG_RATIO = 20.0  # |log pi - log mu| beyond which a sample's ratio is held (see ppo_losses)
+
+
 def ppo_losses(dist_params, values: jnp.ndarray, batch: PPOBatch, config: PPOConfig,
                head: PolicyHead) -> tuple[jnp.ndarray, dict]:
   """The clipped-surrogate loss on a minibatch from the learner's dist params (leaves
@@ -124,7 +127,10 @@ def ppo_losses(dist_params, values: jnp.ndarray, batch: PPOBatch, config: PPOCon
   real transitions)."""
   chex.assert_rank(values, 1)
   log_pi = head.log_prob(dist_params, batch.action)
-  log_ratio = log_pi - batch.behaviour_log_prob
+  # Bounded: a Gaussian's log-probability of a lagged sample can move by hundreds, float32's
+  # exp overflows at 88.7, and inf times a negative advantage made the loss and every
+  # gradient NaN. exp(20) is far past any clip; beyond it a sample gives no gradient.
+  log_ratio = jnp.clip(log_pi - batch.behaviour_log_prob, -MAX_LOG_RATIO, MAX_LOG_RATIO)
   ratio = jnp.exp(log_ratio)
   advantage = batch.advantage
   if config.normalize_advantages:
