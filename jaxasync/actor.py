@@ -22,7 +22,7 @@ from jaxasync.agent import ActorContext
 from jaxasync.collectors.nstep import StepProcessor
 from jaxasync.param_store import to_cpu
 from jaxasync.transport import Chunk
-from jaxasync.types import Transition
+from jaxasync.types import Transition, storage_dtype
 
 PyTree = Any
 
@@ -139,7 +139,9 @@ class Actor:
     self.rng = np.random.default_rng(seed)
     obs, _ = env.reset(seed=seed if env_seed is None else env_seed)
     action_example = np.asarray(env.single_action_space.sample())
-    self.collector = (config.collector or StepProcessor)(config.num_envs, obs[0], action_example)
+    obs_example = obs[0].astype(storage_dtype(obs.dtype), copy=False)
+    self.collector = (config.collector or StepProcessor)(config.num_envs, obs_example,
+                                                         action_example)
     self.collector.reset(obs)
     self.env_steps = int(shared.env_steps[actor_id])
     self.actor_state = agent.initial_actor_state(ActorContext(

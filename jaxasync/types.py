@@ -55,10 +55,22 @@ class ModelInfo(NamedTuple):
   params: PyTree
 
 
+def storage_dtype(dtype) -> np.dtype:
+  """The dtype observations of ``dtype`` are stored in (replays, collectors, chunks): float32
+  for float64 (MuJoCo's), since JAX computes in float32 unless ``jax_enable_x64`` is on, and
+  float64 would double the replay and every chunk's bytes for nothing; others as they are."""
+  dtype = np.dtype(dtype)
+  if dtype == np.float64:
+    import jax  # (here: this module stays importable without initialising JAX)
+    if not jax.config.jax_enable_x64:
+      return np.dtype(np.float32)
+  return dtype
+
+
 def transition_example(obs_space, action_space, extras_example: PyTree = None) -> Transition:
   """One transition of zeros (no batch axis) shaped for the given gymnasium spaces (and the
-  agent's ``extras_example``)."""
-  obs = np.zeros(obs_space.shape, obs_space.dtype)
+  agent's ``extras_example``); observations in their ``storage_dtype``."""
+  obs = np.zeros(obs_space.shape, storage_dtype(obs_space.dtype))
   action = np.zeros(action_space.shape, action_space.dtype)
   return Transition(
       obs=obs,

@@ -281,3 +281,38 @@ def test_cli_presets():
   assert (mujoco.agent.data.warmup_period, mujoco.agent.data.replay_capacity) == (5_000, 1_000_000)
   assert mujoco.agent.policy_delay == 2 and mujoco.agent.hidden_sizes == (256, 256)
   assert mujoco.run.max_env_steps == 1_000_000 and mujoco.run.eval_interval == 10_000
+
+
+class Float64Pendulum:
+  """A ``VectorEnvFactory`` of Pendulum-v1 with float64 observations (as MuJoCo's)."""
+
+  env_id, frame_skip = "Pendulum-v1", 1
+
+  def __call__(self, num_envs, seed=None):
+    space = gym.spaces.Box(-8.0, 8.0, (3,), np.float64)
+    env = gym.make_vec("Pendulum-v1", num_envs=num_envs, vectorization_mode="sync", wrappers=[
+        lambda e: gym.wrappers.TransformObservation(e, lambda o: o.astype(np.float64), space)])
+    env.reset(seed=seed)
+    return env
+
+
+def test_float64_observations_are_stored_as_float32(tmp_path):
+  """JAX computes in float32 (x64 off): the replay, the actor's collector and the chunks keep
+  float64 observations as float32, half the bytes, and the run learns from them as before."""
+  from jaxasync.envs import spaces_of
+  from jaxasync.types import storage_dtype
+  assert storage_dtype(np.float64) == np.float32 and storage_dtype(np.uint8) == np.uint8
+  assert storage_dtype(np.float32) == np.float32
+  factory = Float64Pendulum()
+  assert factory(1, seed=0).single_observation_space.dtype == np.float64
+  agent = ja.SAC(ja.SACConfig(hidden_sizes=(16,), batch_size=32,
+                              data=ja.ReplayConfig(warmup_period=64, n_step=1)),
+                 *spaces_of(factory), "Pendulum-v1")
+  run = ja.RunConfig(max_opts=50, max_env_steps=10_000, updates_per_call=1, eval_interval=0,
+                     record_interval=0, logdir=str(tmp_path / "run"), progress=False)
+  trainer = ja.Trainer(agent, factory, run, ja.ActorsConfig(num_envs=2))
+  summary = trainer.train()
+  assert summary["opt_steps"] == 50
+  # obs and next_obs 3 x 4 bytes each, action, reward and discount 4 each (float64: 60).
+  assert trainer.replay.bytes_per_item == 36
+  assert trainer.feed.actor.collector.obs.dtype == np.float32
