@@ -20,6 +20,7 @@ import numpy as np
 
 from jaxasync.agent import ActorContext
 from jaxasync.collectors.nstep import StepProcessor
+from jaxasync.envs import VectorEnvFactory
 from jaxasync.param_store import to_cpu
 from jaxasync.transport import Chunk
 from jaxasync.types import Transition, storage_dtype
@@ -73,7 +74,7 @@ class ActorShared:
   adopted_version: Any  # [num_actors] int64, last params version adopted
 
 
-def run_actor(actor_id: int, agent_factory: Callable[[], Any], env_factory: Callable,
+def run_actor(actor_id: int, agent_factory: Callable[[], Any], env_factory: VectorEnvFactory,
               config: ActorConfig, transport, param_store, stop, errors, shared: ActorShared,
               env_init_lock=None, inference=None) -> None:
   """Runs one actor until ``stop`` is set. Exceptions go to ``errors`` with their traceback.

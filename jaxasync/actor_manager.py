@@ -14,6 +14,7 @@ from typing import Any, Callable, Protocol
 import numpy as np
 
 from jaxasync.actor import ActorConfig, ActorShared, run_actor, run_actor_process
+from jaxasync.envs import VectorEnvFactory
 from jaxasync.errors import ActorFailed
 from jaxasync.faults import logger
 from jaxasync.transport import ChunkQueue
@@ -103,7 +104,7 @@ class ActorManager:
     inference: an ``InferenceServer``: actors ask it for actions instead of acting locally.
   """
 
-  def __init__(self, agent_factory: Callable[[], Any], env_factory: Callable,
+  def __init__(self, agent_factory: Callable[[], Any], env_factory: VectorEnvFactory,
                configs: list[ActorConfig], transport: ChunkQueue, param_store, mode: str = "process",
                max_restarts: int = 3, serialize_env_init: bool = False, inference=None):
     self.agent_factory, self.env_factory = agent_factory, env_factory

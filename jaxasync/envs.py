@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -57,12 +57,10 @@ class EnvFactory:
   kwargs: tuple[tuple[str, Any], ...] = ()
   vectorization_mode: str | None = None
 
-  @property
-  def frame_skip(self) -> int:
-    """1: one frame per env step (``VectorEnvFactory``). Atari ids belong to
-    ``AtariEnvFactory``, which knows its frame skip; an ALE id made here skips frames of its
-    own that this does not count."""
-    return 1
+  # One frame per env step (VectorEnvFactory's frame_skip). Atari ids belong to
+  # AtariEnvFactory, which knows its frame skip; an ALE id made here skips frames of its own
+  # that this does not count.
+  frame_skip: ClassVar[int] = 1
 
   def __call__(self, num_envs: int, seed: int | None = None) -> gym.vector.VectorEnv:
     """A vector env of ``num_envs`` sub-envs in ``NEXT_STEP`` autoreset mode, reset with ``seed``."""

@@ -16,6 +16,7 @@ for them.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
@@ -85,10 +86,7 @@ class MinAtarEnvFactory:
     if self.max_episode_steps is not None and self.max_episode_steps < 1:
       raise ConfigError(f"max_episode_steps must be >= 1 or None, got {self.max_episode_steps}.")
 
-  @property
-  def frame_skip(self) -> int:
-    """1: a MinAtar step is one game frame (``VectorEnvFactory``)."""
-    return 1
+  frame_skip: ClassVar[int] = 1  # a MinAtar step is one game frame (VectorEnvFactory's)
 
   def make_single(self) -> gym.Env:
     """One (non-vector) env: ``[10, 10, C]`` bool observations."""

@@ -60,6 +60,7 @@ import numpy as np
 
 from jaxasync.actor import ActorConfig, ActorShared, run_actor
 from jaxasync.actor_manager import ActorStats
+from jaxasync.envs import VectorEnvFactory
 from jaxasync.errors import ActorFailed
 from jaxasync.errors import ConfigError
 from jaxasync.param_store import ThreadParamStore
@@ -201,7 +202,7 @@ class RayActorWorker:
     max_chunks: chunks collected ahead at most.
   """
 
-  def __init__(self, actor_id: int, agent_factory: Callable[[], Any], env_factory: Callable,
+  def __init__(self, actor_id: int, agent_factory: Callable[[], Any], env_factory: VectorEnvFactory,
                config: ActorConfig, env_steps: int, max_chunks: int):
     # The actor thread holds the GIL while it steps the env in Python; a call waiting for it
     # would wait out Python's 5 ms switch interval each time.
@@ -263,7 +264,7 @@ class RayActorManager:
 
   mode = "ray"
 
-  def __init__(self, agent_factory: Callable[[], Any], env_factory: Callable,
+  def __init__(self, agent_factory: Callable[[], Any], env_factory: VectorEnvFactory,
                configs: list[ActorConfig], transport: ChunkQueue, param_store: RayParamStore,
                max_restarts: int = 3, address: str | None = None, chunks_ahead: int = 4):
     import_ray()  # (fails early, before the learner starts, when Ray is missing)
