@@ -279,7 +279,7 @@ def test_cli_presets():
   assert mujoco.env_id == "Hopper-v5" and mujoco.agent.batch_size == 128  # a flag after the preset wins
   assert (mujoco.agent.actor_learning_rate, mujoco.agent.critic_learning_rate) == (3e-4, 1e-3)
   assert (mujoco.agent.data.warmup_period, mujoco.agent.data.replay_capacity) == (5_000, 1_000_000)
-  assert mujoco.agent.policy_delay == 2 and mujoco.agent.hidden_sizes == (256, 256)
+  assert mujoco.agent.policy_delay == 1 and mujoco.agent.hidden_sizes == (256, 256)
   assert mujoco.run.max_env_steps == 1_000_000 and mujoco.run.eval_interval == 10_000
 
 
