@@ -72,6 +72,9 @@ class ActorShared:
 
   env_steps: Any  # [num_actors] int64
   adopted_version: Any  # [num_actors] int64, last params version adopted
+  # [num_actors] float64: seconds spent waiting to hand chunks over (the queue full: the
+  # learner not taking); None: not measured (the lock-step actor, Ray actors).
+  blocked_s: Any = None
 
 
 def run_actor(actor_id: int, agent_factory: Callable[[], Any], env_factory: VectorEnvFactory,
@@ -223,7 +226,13 @@ def _actor_loop(actor_id, agent_factory, env_factory, config: ActorConfig, trans
     try:
       while not stop.is_set():
         chunk = actor.step(stop)
-        if chunk is not None and not transport.put(chunk, stop):
+        if chunk is None:
+          continue
+        t0 = time.perf_counter()
+        handed_over = transport.put(chunk, stop)
+        if shared.blocked_s is not None:
+          shared.blocked_s[actor_id] += time.perf_counter() - t0
+        if not handed_over:
           break
     except ActorStopped:
       pass

@@ -58,6 +58,8 @@ class ActorStats:
   samples_per_sec: float
   restarts: int
   adopted_version: int
+  blocked_fraction: float | None = None
+  """of ``duration_s`` spent waiting to hand chunks over (the queue full); None: not measured."""
 
 
 class Actors(Protocol):
@@ -116,12 +118,13 @@ class ActorManager:
       self._ctx = mp.get_context("spawn")
       self._stop = StopFlag(self._ctx)
       self._errors = self._ctx.Queue()
-      self.shared = ActorShared(self._ctx.RawArray("q", n), self._ctx.RawArray("q", n))
+      self.shared = ActorShared(self._ctx.RawArray("q", n), self._ctx.RawArray("q", n),
+                                self._ctx.RawArray("d", n))
       self._env_lock = self._ctx.Lock() if serialize_env_init else None
     else:
       self._stop = threading.Event()
       self._errors = queue.Queue()
-      self.shared = ActorShared(np.zeros(n, np.int64), np.full(n, -1, np.int64))
+      self.shared = ActorShared(np.zeros(n, np.int64), np.full(n, -1, np.int64), np.zeros(n))
       self._env_lock = threading.Lock() if serialize_env_init else None
     for i in range(n):
       self.shared.adopted_version[i] = -1
@@ -221,7 +224,8 @@ class ActorManager:
       dur = end - (self._start_time[i] or end)
       steps = int(self.shared.env_steps[i])
       stats.append(ActorStats(i, steps, dur, steps / dur if dur > 0 else 0.0, self.restarts[i],
-                              int(self.shared.adopted_version[i])))
+                              int(self.shared.adopted_version[i]),
+                              min(1.0, self.shared.blocked_s[i] / dur) if dur > 0 else 0.0))
     return stats
 
   def _drain(self) -> None:

@@ -912,6 +912,8 @@ def _train(args: RunArgs, title: str, agent: ja.Agent, agent_factory: Callable[[
                                    "samples_per_sec", "env_frames_per_sec", "opt_steps_per_sec",
                                    "best_eval_reward", "final_eval_reward", "solved_at")}
   print(json.dumps(shown, indent=1, default=float))
+  if summary.get("bottleneck"):
+    print(f"bottleneck: {summary['bottleneck']}")
   logdir = os.path.abspath(args.logdir)
   best = os.path.join(logdir, "best")
   best = best if os.path.isdir(best) else "none (no evaluation ran)"

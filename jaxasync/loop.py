@@ -25,6 +25,7 @@ from typing import Protocol
 
 from jaxasync.actor import Actor
 from jaxasync.actor_manager import Actors, ActorStats
+from jaxasync.bottleneck import verdict
 from jaxasync.config import RunConfig
 from jaxasync.evaluator import Evaluator
 from jaxasync.faults import logger
@@ -86,6 +87,10 @@ class Feed(Protocol):
 
   def metrics(self) -> dict[str, float]:
     """Figures to record."""
+
+  def actors_blocked_s(self) -> float | None:
+    """The actors' mean seconds spent waiting to hand chunks over (the learner not taking),
+    so far; ``None`` where not measured (lock-step, Ray actors)."""
 
   def stop(self) -> None:
     """Actors stop (their last chunks are not waited for)."""
@@ -176,6 +181,9 @@ class LockstepFeed:
   def metrics(self) -> dict[str, float]:
     return self.actor.agent.actor_metrics(self.actor.actor_state)
 
+  def actors_blocked_s(self) -> None:
+    return None  # (its actor never waits: the loop steps it when no update can run)
+
   def stop(self) -> None:
     self.actor.adopt_latest()
 
@@ -209,6 +217,7 @@ class ActorFeed:
     self.actor_stats: list[ActorStats] = []
     self.waiting = False  # the loop waits for data (no update since), for the watchdog
     self.stage = "actors"  # (the loop's thread never steps an env here)
+    self._started = None  # when the actors were started (perf_counter)
 
   @property
   def dropped(self) -> int:
@@ -221,6 +230,7 @@ class ActorFeed:
     if self.inference is not None:
       self.inference.start()
     self.manager.start()
+    self._started = time.perf_counter()
 
   def ingest(self, loop: "LearnerLoop", max_chunks: int = 32) -> None:
     """Moves up to ``max_chunks`` queued chunks into the source, unless actors are ahead."""
@@ -279,8 +289,19 @@ class ActorFeed:
     return False
 
   def metrics(self) -> dict[str, float]:
-    return {"queue_length": self.transport.qsize(), "dropped_chunks": self.transport.dropped,
-            "actor_restarts": sum(self.manager.restarts)}
+    out = {"queue_length": self.transport.qsize(), "dropped_chunks": self.transport.dropped,
+           "actor_restarts": sum(self.manager.restarts)}
+    blocked = self.actors_blocked_s()
+    if blocked is not None and self._started is not None:
+      elapsed = time.perf_counter() - self._started
+      out["actors_blocked_frac"] = min(1.0, blocked / elapsed) if elapsed > 0 else 0.0
+    return out
+
+  def actors_blocked_s(self) -> float | None:
+    blocked = self.manager.shared.blocked_s
+    if blocked is None:
+      return None
+    return sum(blocked[i] for i in range(self.manager.num_actors)) / self.manager.num_actors
 
   def stop(self) -> None:
     self.actor_stats = self.manager.stop_and_join()
@@ -341,6 +362,9 @@ class LearnerLoop:
     self._lags = [0, 0, 0, 0]  # min, max, sum, count since the last record
     self._returns = [0.0, 0]  # sum, count of episode returns since the last record
     self.times = {"ingest": 0.0, "publish": 0.0, "wait": 0.0}
+    # (time, stage times, actors' blocked seconds) at the run's start or its first record,
+    # and at the last record: the windows of the bottleneck verdicts.
+    self._bottleneck_marks: list[tuple] = []
     self.save_replay = True  # checkpoints hold the data source's state (Trainer decides)
 
   # --- pieces of the loop ------------------------------------------------------------------
@@ -396,6 +420,13 @@ class LearnerLoop:
     if self._returns[1]:
       values["train_episode_return"] = self._returns[0] / self._returns[1]
     self.recorder.record(opt, values)
+    # The verdict of the interval since the last record (TensorBoard's text "bottleneck").
+    mark = self._bottleneck_mark()
+    previous = (self._bottleneck_marks[-1] if self._bottleneck_marks
+                else (self.ledger.start, {}, 0.0))
+    self.recorder.text("bottleneck", self._bottleneck_since(previous, mark)[0], opt)
+    self._bottleneck_marks = [self._bottleneck_marks[0] if len(self._bottleneck_marks) > 1
+                              else mark, mark]
     self.ledger.on_record(opt, self.env_steps, values)  # (the health series and its watch)
     self._lags, self._returns = [0, 0, 0, 0], [0.0, 0]
     self._last_record = (now, self.inserted, self.env_steps, opt)
@@ -511,6 +542,7 @@ class LearnerLoop:
     self._bar = progress_bar(c.max_opts, c.progress, initial=start)
     self.source.start_clock()
     self._last_record = (time.perf_counter(), self.inserted, self.env_steps, start)
+    self._bottleneck_marks = [(self.ledger.start, {}, 0.0)]  # (stage times count from there)
 
   def _step(self) -> bool:
     """One pass of the loop: ingest and supervise; then an update call (with the publication
@@ -579,6 +611,29 @@ class LearnerLoop:
     feed.close()
     return summary, error
 
+  def _bottleneck_mark(self) -> tuple[float, dict[str, float], float | None]:
+    return time.perf_counter(), self.stage_times(), self.feed.actors_blocked_s()
+
+  def _bottleneck_since(self, start, end) -> tuple[str, float | None]:
+    """The verdict between two marks (``jaxasync.bottleneck.verdict``) and the actors'
+    blocked fraction it read."""
+    (t0, stages0, blocked0), (t1, stages1, blocked1) = start, end
+    dt = max(1e-9, t1 - t0)
+    fractions = {k: (v - stages0.get(k, 0.0)) / dt for k, v in stages1.items()}
+    blocked = None if blocked1 is None else min(1.0, (blocked1 - (blocked0 or 0.0)) / dt)
+    return verdict(self.feed.mode, fractions, blocked), blocked
+
+  def bottleneck(self) -> tuple[str, float | None]:
+    """Which side limits the run, in one line, and the actors' blocked fraction: from the first
+    record on (before it, the first update call compiles while actors fill the queue), or
+    over the whole run when it never recorded."""
+    run_start = (self.ledger.start, {}, 0.0)
+    start = self._bottleneck_marks[0] if self._bottleneck_marks else run_start
+    now = self._bottleneck_mark()
+    if now[0] - start[0] < 0.5:  # (the first record was just now: too short a window)
+      start = run_start
+    return self._bottleneck_since(start, now)
+
   def summary(self) -> dict:
     wall = time.perf_counter() - self.ledger.start
     return self.ledger.summary(self.inserted, self.env_steps, {
@@ -587,4 +642,5 @@ class LearnerLoop:
         "chunks_ingested": self.chunks_ingested,
         "stage_seconds": self.stage_times(),
         "stage_fractions": {k: v / wall for k, v in self.stage_times().items()},
+        **dict(zip(("bottleneck", "actors_blocked_fraction"), self.bottleneck())),
         **self.feed.summary(), **self.source.metrics()})

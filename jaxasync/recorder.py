@@ -11,9 +11,12 @@ import numpy as np
 
 
 class Recorder(Protocol):
-  """Something that takes ``{name: scalar}`` records at a step."""
+  """Something that takes ``{name: scalar}`` records at a step, and lines of text."""
 
   def record(self, step: int, values: Mapping[str, float]) -> None: ...
+
+  def text(self, tag: str, text: str, step: int = 0) -> None:
+    """One line under ``tag`` at ``step`` (the run's bottleneck verdict, hyperparameters)."""
 
   def close(self) -> None: ...
 
@@ -24,20 +27,29 @@ class NullRecorder:
   def record(self, step: int, values: Mapping[str, float]) -> None:
     pass
 
+  def text(self, tag: str, text: str, step: int = 0) -> None:
+    pass
+
   def close(self) -> None:
     pass
 
 
 class MemoryRecorder:
-  """Keeps every record in ``self.records`` as ``(step, {name: value})`` (tests, notebooks)."""
+  """Keeps every record in ``self.records`` as ``(step, {name: value})``, and every text in
+  ``self.texts`` as ``(step, tag, text)`` (tests, notebooks)."""
 
   def __init__(self):
     self.records: list[tuple[int, dict[str, float]]] = []
+    self.texts: list[tuple[int, str, str]] = []
     self._lock = threading.Lock()
 
   def record(self, step: int, values: Mapping[str, float]) -> None:
     with self._lock:
       self.records.append((step, {k: float(v) for k, v in values.items()}))
+
+  def text(self, tag: str, text: str, step: int = 0) -> None:
+    with self._lock:
+      self.texts.append((step, tag, text))
 
   def series(self, name: str) -> list[tuple[int, float]]:
     """``[(step, value)]`` for one scalar name."""
@@ -97,6 +109,9 @@ class ConsoleRecorder:
     if shown:
       print(f"[{step}] " + " ".join(shown), file=self._stream, flush=True)
 
+  def text(self, tag: str, text: str, step: int = 0) -> None:
+    pass  # (the console gets the run's last verdict at its end, not one per record)
+
   def close(self) -> None:
     pass
 
@@ -110,6 +125,10 @@ class MultiRecorder:
   def record(self, step: int, values: Mapping[str, float]) -> None:
     for r in self.recorders:
       r.record(step, values)
+
+  def text(self, tag: str, text: str, step: int = 0) -> None:
+    for r in self.recorders:
+      r.text(tag, text, step)
 
   def close(self) -> None:
     for r in self.recorders:

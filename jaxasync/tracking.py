@@ -48,6 +48,11 @@ class WandbRecorder:
     with self._lock:
       self.run.log({**{k: float(v) for k, v in values.items()}, STEP: step})
 
+  def text(self, tag: str, text: str, step: int = 0) -> None:
+    """The newest line under ``tag``, in the run's summary (W&B charts numbers only)."""
+    with self._lock:
+      self.run.summary[tag] = text
+
   def videos(self, paths: list[Path]) -> None:
     """Logs the run's video files (``<logdir>/videos/<opt_steps>.gif``), each once, as
     ``video`` at its SGD step."""

@@ -1,0 +1,108 @@
+"""The bottleneck verdict: by hand on constructed fractions, and end to end on two constructed
+runs, a slow env (the learner waits: actor-bound) and a slow update (actors blocked:
+learner-bound), each printed in the summary and written to TensorBoard's text at records."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+
+import gymnasium as gym
+import pytest
+
+import jaxasync as ja
+from jaxasync.bottleneck import verdict
+
+CARTPOLE = ja.EnvFactory("CartPole-v1")
+
+
+def test_verdicts_by_hand():
+  learner_busy = {"update": 0.81, "sample": 0.02, "publish": 0.03, "ingest": 0.01, "wait": 0.05}
+  line = verdict("async-process", learner_busy, actors_blocked=0.64)
+  assert line.startswith("learner-bound: update 81 % of the learner's time, actors blocked 64 %")
+  assert "samples_per_insert" in line and "--updates-per-call" in line
+  starved = {"update": 0.30, "publish": 0.02, "wait": 0.62}
+  line = verdict("async-thread", starved, actors_blocked=0.01)
+  assert line.startswith("actor-bound: the learner waited 62 % for data, actors blocked 1 %")
+  assert "--num-actors" in line and "--num-envs" in line
+  assert verdict("async-process", {"update": 0.8, "wait": 0.1}, 0.15).startswith(
+      "balanced: the learner waited 10 %, actors blocked 15 %")
+  assert verdict("async-process", {"update": 0.4, "wait": 0.5}, 0.5).startswith(
+      "both sides idle")
+  # Publishing is most of the learner's busy time: the hint names --sync-interval.
+  line = verdict("async-process", {"update": 0.3, "publish": 0.4, "wait": 0.05}, 0.7)
+  assert line.startswith("learner-bound") and "--sync-interval" in line
+  # Lock-step: the loop's wait is its own actor.
+  assert verdict("sync", {"update": 0.52, "sample": 0.01, "wait": 0.41}) == (
+      "lock-step: acting (policy and env.step) 41 % of the time, learning 53 %: "
+      "--mode process overlaps the two")
+  # Not measured (Ray actors): the learner's side alone.
+  assert verdict("async-ray", starved, None).startswith("actor-bound: the learner waited 62 %")
+  assert verdict("async-ray", learner_busy, None).startswith("learner-bound or balanced")
+
+
+class SlowEnvFactory:
+  """CartPole whose every step sleeps ``delay`` seconds (a slow simulator)."""
+
+  env_id, frame_skip = "CartPole-v1", 1
+
+  def __init__(self, delay: float):
+    self.delay = delay
+
+  def __call__(self, num_envs, seed=None):
+    delay = self.delay
+
+    class Slow(gym.Wrapper):
+      def step(self, action):
+        time.sleep(delay)
+        return self.env.step(action)
+
+    env = gym.make_vec("CartPole-v1", num_envs=num_envs, vectorization_mode="sync",
+                       wrappers=[Slow])
+    env.reset(seed=seed)
+    return env
+
+
+class SlowUpdateDQN(ja.DQN):
+  """A DQN whose every update call sleeps 30 ms more (a slow learner)."""
+
+  def update(self, state, batch, weights=None):
+    time.sleep(0.03)
+    return super().update(state, batch, weights)
+
+
+def _run(agent_cls, env, samples_per_insert: float, max_opts: int) -> tuple[dict, list]:
+  obs_space, action_space = ja.envs.spaces_of(CARTPOLE)
+  data = ja.ReplayConfig(warmup_period=64, samples_per_insert=samples_per_insert)
+  factory = functools.partial(agent_cls, ja.DQNConfig(hidden_sizes=(16,), batch_size=32,
+                                                      data=data), obs_space, action_space)
+  run = ja.RunConfig(max_opts=max_opts, eval_interval=0, record_interval=20,
+                     updates_per_call=1, progress=False, seed=0)
+  recorder = ja.MemoryRecorder()
+  trainer = ja.Trainer(factory(), env, run,
+                       ja.ActorsConfig(mode="thread", num_actors=1, num_envs=1, chunk_steps=4,
+                                       queue_size=2), recorder=recorder, agent_factory=factory)
+  summary = trainer.train()
+  return summary, recorder
+
+
+def test_a_slow_env_is_actor_bound():
+  # 10 ms a step, 32 sampled per inserted (one SGD step of 32 per env step): the learner
+  # waits for every step the env takes.
+  summary, recorder = _run(ja.DQN, SlowEnvFactory(0.01), 32.0, max_opts=120)
+  assert summary["bottleneck"].startswith("actor-bound"), summary["bottleneck"]
+  assert summary["stage_fractions"]["wait"] > 0.5 and summary["actors_blocked_fraction"] < 0.1
+  texts = [(s, t) for s, tag, t in recorder.texts if tag == "bottleneck"]
+  assert len(texts) >= 3 and texts[-1][1].startswith("actor-bound")
+  assert recorder.series("actors_blocked_frac")
+
+
+def test_a_slow_update_is_learner_bound():
+  # 30 ms an update of one SGD step, 4 sampled per inserted: the actor fills the 2-chunk
+  # queue and waits for the learner to take its chunks.
+  summary, recorder = _run(SlowUpdateDQN, CARTPOLE, 4.0, max_opts=60)
+  assert summary["bottleneck"].startswith("learner-bound"), summary["bottleneck"]
+  assert summary["actors_blocked_fraction"] > 0.5 and summary["stage_fractions"]["wait"] < 0.2
+  assert summary["actors"][0]["blocked_fraction"] > 0.5
+  assert [t for _, tag, t in recorder.texts if tag == "bottleneck"][-1].startswith("learner")
