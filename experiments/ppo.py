@@ -9,6 +9,7 @@ Gaussian, its samples clipped to the Box).
   python experiments/ppo.py --preset mujoco         # CleanRL's MuJoCo settings, HalfCheetah-v5
   python experiments/ppo.py --preset mujoco --env-id Hopper-v5
   python experiments/ppo.py --preset mujoco --help  # every flag, with that preset's defaults
+  python experiments/ppo.py --preset minatar --env-id MinAtar/SpaceInvaders-v1  # gymnax-blines'
 
 The tuned defaults, the reasons for them and the flags are in jaxasync/train/ppo.py, which
 ``python -m jaxasync.train ppo`` runs too (for an installed package).

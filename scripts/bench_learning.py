@@ -169,6 +169,13 @@ ROWS: dict[str, Row] = {
     **{f"ppo-{env.lower()}": Row("experiments/ppo.py",
                                  ("--preset", "mujoco", "--env-id", f"{env}-v5"), default=False)
        for env in MUJOCO_ENVS},
+    # MinAtar with PPO's gymnax-blines preset, at issue 32's 2-core budget of 5M env steps
+    # (gymnax-blines publish 10M), only when asked for.
+    **{f"ppo-minatar-{game.lower()}": Row("experiments/ppo.py",
+                                          ("--preset", "minatar", "--env-id",
+                                           f"MinAtar/{game}-v1", "--max-env-steps", "5000000"),
+                                          default=False)
+       for game in ("Breakout", "SpaceInvaders", "Asterix", "Freeway", "Seaquest")},
     # 10 minutes a run: only when asked for.
     "rainbow-minatar-breakout": Row("experiments/rainbow.py",
                                     ("--preset", "minatar", "--duration", "600"), default=False),

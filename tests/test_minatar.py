@@ -1,4 +1,5 @@
-"""MinAtarEnvFactory, the MinAtar torso and its automatic choice, and the Rainbow minatar preset."""
+"""MinAtarEnvFactory, the MinAtar torso and its automatic choice, and the Rainbow and PPO minatar
+presets."""
 
 import dataclasses
 import pickle
@@ -174,3 +175,22 @@ def test_rainbow_env_flags_reach_minatar_or_are_refused():
     rb.env_factories(rb.parse(["--no-sticky-actions"]))  # CartPole has no sticky actions
   with pytest.raises(ConfigError, match="not a MinAtar id"):
     rb.env_factories(rb.parse(["--preset", "minatar", "--eval-env-id", "CartPole-v1"]))
+
+
+def test_ppo_minatar_preset_runs_end_to_end(tmp_path):
+  import ppo  # experiments/ppo.py
+  args = ppo.parse(["--preset", "minatar", "--env-id", "MinAtar/Freeway-v1"])
+  a = args.agent
+  assert args.env_id == "MinAtar/Freeway-v1" and not args.anneal_lr
+  assert (a.learning_rate, a.gamma, a.num_epochs, a.num_minibatches, a.entropy_cost) == (
+      5e-4, 0.999, 4, 8, 0.01)
+  assert args.actors.num_envs * a.data.unroll_length == 64 * 128
+  assert (a.torso, tuple(a.hidden_sizes), a.eval_greedy) == ("mlp", (256, 256), False)
+  args = dataclasses.replace(
+      args, actors=dataclasses.replace(args.actors, mode="sync", num_envs=4),
+      run=dataclasses.replace(args.run, max_env_steps=4 * 128 * 3, eval_interval=2,
+                              eval_episodes=1, save_interval=0, progress=False,
+                              logdir=str(tmp_path)))
+  summary = ppo.main(args)
+  assert summary["opt_steps"] == 3 and summary["env_steps"] == 4 * 128 * 3
+  assert len(summary["evals"]) >= 2 and (tmp_path / "summary.json").exists()

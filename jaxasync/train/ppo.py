@@ -9,13 +9,15 @@ Gaussian, its samples clipped to the Box).
   python -m jaxasync.train ppo --preset mujoco         # CleanRL's MuJoCo settings, HalfCheetah-v5
   python -m jaxasync.train ppo --preset mujoco --env-id Hopper-v5
   python -m jaxasync.train ppo --preset mujoco --help  # every flag, with that preset's defaults
+  python -m jaxasync.train ppo --preset minatar --env-id MinAtar/SpaceInvaders-v1  # gymnax-blines'
 
 One SGD step of the loop is one PPO iteration: --agent.num-epochs passes of
 --agent.num-minibatches minibatches over --agent.batch-size unrolls. The ratio is taken
 against the policy the actor acted with, so unrolls from older params (async) are clipped
 like any other; those older than --agent.max-policy-lag iterations are dropped. The run's
 and the actors' flags are jaxasync.train.impala's. A preset only sets defaults: any flag given
-after it overrides them. The MuJoCo envs need `pip install "gymnasium[mujoco]"`.
+after it overrides them. The MuJoCo envs need `pip install "gymnasium[mujoco]"`, MinAtar
+`pip install "jaxasync[minatar]"`.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def cartpole_run() -> ja.RunConfig:
                       eval_interval=20, record_interval=10, save_interval=200)
 
 
-Preset = Literal["cartpole", "pendulum", "mujoco"]
+Preset = Literal["cartpole", "pendulum", "mujoco", "minatar"]
 
 
 @dataclasses.dataclass
@@ -56,7 +58,8 @@ class Args(experiment.AnnealedRunArgs):
   algo: ClassVar[str] = "ppo"
 
   preset: Preset = "cartpole"
-  """sets every other flag's default: RL Zoo's CartPole and Pendulum; CleanRL's MuJoCo."""
+  """sets every other flag's default: RL Zoo's CartPole and Pendulum; CleanRL's MuJoCo;
+  gymnax-blines' MinAtar."""
 
   run: Annotated[ja.RunConfig, experiment.Flat] = dataclasses.field(
       default_factory=cartpole_run)
@@ -117,7 +120,31 @@ def mujoco_preset() -> Args:
   return Args(preset="mujoco", env_id="HalfCheetah-v5", agent=agent, run=run, actors=actors)
 
 
-PRESETS = {"cartpole": Args, "pendulum": pendulum_preset, "mujoco": mujoco_preset}
+def minatar_preset() -> Args:
+  """The MinAtar games with gymnax-blines' PPO settings (``agents/<Game>-MinAtar/ppo.yaml``,
+  the same for every game): 64 envs x 128 steps per iteration, 4 epochs of 8 minibatches
+  (1,024 transitions each), Adam 5e-4 held constant, gamma 0.999, GAE 0.95, clip 0.2,
+  entropy 0.01, value cost 0.5, gradient clip 0.5, separate 256x256 ReLU torsos on the
+  flattened 10x10xC grid (their "Categorical-MLP" with flatten_3d), 10M env steps (1,220
+  iterations). Theirs, not here: a 5 % warmup of the step size, and gymnax's JAX port of
+  MinAtar without sticky actions (here the ``minatar`` package's, sticky actions 0.1,
+  episodes truncated at 27k steps: ``MinAtarEnvFactory``). Ours: orthogonal init, and
+  evaluations of 10 episodes that sample the policy as training does, every 25 iterations.
+  """
+  agent = ja.PPOConfig(batch_size=1, gamma=0.999, gae_lambda=0.95, learning_rate=5e-4,
+                       num_epochs=4, num_minibatches=8, clip_epsilon=0.2, entropy_cost=0.01,
+                       value_cost=0.5, max_grad_norm=0.5, torso="mlp", hidden_sizes=(256, 256),
+                       activation="relu", orthogonal_init=True, eval_greedy=False,
+                       data=ja.UnrollConfig(unroll_length=128, max_policy_lag=2))
+  run = ja.RunConfig(max_opts=1_000_000, max_env_steps=10_000_000, updates_per_call=1,
+                     eval_interval=25, eval_episodes=10, record_interval=5, save_interval=100)
+  actors = dataclasses.replace(experiment.on_policy_actors(), num_envs=64)
+  return Args(preset="minatar", env_id="MinAtar/Breakout-v1", anneal_lr=False, agent=agent,
+              run=run, actors=actors)
+
+
+PRESETS = {"cartpole": Args, "pendulum": pendulum_preset, "mujoco": mujoco_preset,
+           "minatar": minatar_preset}
 
 
 def parse(argv: list[str] | None = None) -> Args:
