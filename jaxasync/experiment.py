@@ -593,7 +593,11 @@ def config_defaults(path: str | os.PathLike, base: RunArgs) -> RunArgs:
   line with ``--config path`` is parsed over. ``ConfigError`` for a file that is missing, not
   a jaxasync run's config, or another algorithm's. A setting the file predates takes its class
   default, the behaviour of before (as a resume compares it), not ``base``'s preset value."""
-  path, record = read_run_config(path)
+  return defaults_from_record(*read_run_config(path), base)
+
+
+def defaults_from_record(path: Path, record: dict, base: RunArgs) -> RunArgs:
+  """``config_defaults`` for a record already read (``read_run_config``)."""
   algo = type(base).algo
   saved_algo = record.get("algo") or _title_algo(record.get("algorithm", ""))
   if saved_algo and saved_algo != algo:
@@ -704,9 +708,10 @@ def parse_args(args_cls: type | None, argv: list[str] | None, description: str |
     if preset is not None:
       raise ja.ConfigError(f"--preset {preset} and --config {known.config} both set every "
                            "flag's default; drop --preset (the file's own preset is kept).")
-    saved = read_run_config(known.config)[1]["settings"].get("preset") if presets else None
+    path, record = read_run_config(known.config)  # (read once: its preset picks the base)
+    saved = record["settings"].get("preset") if presets else None
     base = presets[saved if saved in presets else next(iter(presets))]() if presets else args_cls()
-    defaults = config_defaults(known.config, base)
+    defaults = defaults_from_record(path, record, base)
   return tyro.cli(type(defaults), default=defaults, args=argv, description=description)
 
 

@@ -29,7 +29,7 @@ TINY = ["--mode", "sync", "--no-progress", "--max-opts", "120", "--agent.warmup-
 SUBCOMMANDS = ["agent.loss:q-learning", "agent.target-update:hard-copy",
                "--agent.target-update.period", "50"]
 # What differs between two runs of the same settings: the clock.
-CLOCK = ("wall_s", "per_sec", "stage_")
+CLOCK = ("wall_s", "per_sec", "stage_", "bottleneck", "blocked")
 
 
 def timeless(value):
