@@ -15,15 +15,18 @@ IDLE = 0.2  # ... and one idle less than this is (both below BUSY: balanced)
 
 
 def verdict(mode: str, stage_fractions: dict[str, float],
-            actors_blocked: float | None = None) -> str:
+            actors_blocked: float | None = None, replay: bool = True) -> str:
   """One line: which side limits the run and what to change.
 
   Args:
     mode: the run's mode (``"sync"``, ``"async-process"``, ...).
     stage_fractions: the learner's time fractions by stage, of the run's wall time
       (``LearnerLoop.stage_times`` over the elapsed time).
-    actors_blocked: the actors' mean fraction of their time spent waiting to hand a chunk
-      over; ``None`` when not measured (Ray actors, whose queue is on their node).
+    actors_blocked: the actors' mean fraction of their time spent handing a chunk over (with
+      process actors that includes pickling it into the pipe; a queue that drops the oldest
+      never blocks); ``None`` when not measured (Ray actors, whose queue is on their node).
+    replay: the learner samples a replay (its hint names the replay ratio); False: unrolls
+      through a queue (on-policy: the hint names the batch and the epochs).
   """
   f = {k: max(0.0, float(v)) for k, v in stage_fractions.items()}
   update, wait, publish = f.get("update", 0.0), f.get("wait", 0.0), f.get("publish", 0.0)
@@ -34,9 +37,12 @@ def verdict(mode: str, stage_fractions: dict[str, float],
             f"{_pct(busy)}: --mode process overlaps the two")
   if publish > 0.25 * max(busy, 1e-9) and publish > 0.1:
     hint = f"publishing params takes {_pct(publish)}: a larger --sync-interval"
-  else:
+  elif replay:
     hint = ("fewer SGD steps per env step (a lower samples_per_insert), more SGD steps per "
             "call (--updates-per-call), or an accelerator")
+  else:
+    hint = ("fewer epochs or minibatches per batch, more SGD steps per call "
+            "(--updates-per-call), or an accelerator")
   if actors_blocked is None:
     if wait >= BUSY:
       return (f"actor-bound: the learner waited {_pct(wait)} for data: more actors "
@@ -51,6 +57,12 @@ def verdict(mode: str, stage_fractions: dict[str, float],
   if wait < BUSY and actors_blocked < BUSY:
     return (f"balanced: the learner waited {_pct(wait)}, actors blocked {_pct(actors_blocked)}: "
             "both sides near their limit; more cores, or an accelerator for the learner")
+  if wait >= BUSY and actors_blocked < BUSY:
+    return (f"leaning actor-bound: the learner waited {_pct(wait)}, actors blocked "
+            f"{_pct(actors_blocked)}: more actors (--num-actors) or envs per actor (--num-envs)")
+  if actors_blocked >= BUSY and wait < BUSY:
+    return (f"leaning learner-bound: update {_pct(update)} of the learner's time, actors "
+            f"blocked {_pct(actors_blocked)} of theirs: {hint}")
   return (f"both sides idle: the learner waited {_pct(wait)}, actors blocked "
           f"{_pct(actors_blocked)}: a hand-over limits the run (replay ratio, queue size, or "
           "max_train_frequency)")

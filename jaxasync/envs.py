@@ -102,7 +102,10 @@ def _route_mujoco_warnings(env_id: str) -> None:
     return  # (check_env_id passed: a 'module:Env' id registers on make; not a MuJoCo one here)
   if "mujoco" not in entry_point:
     return
-  import mujoco
+  try:
+    import mujoco
+  except ImportError:
+    return  # (gymnasium's own error names the install when the env is made)
   mujoco.set_mju_user_warning(
       lambda message: warnings.warn(f"MuJoCo: {message.strip()}", RuntimeWarning, stacklevel=2))
   _mujoco_warnings_routed = True

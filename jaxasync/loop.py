@@ -23,6 +23,8 @@ import pickle
 import time
 from typing import Protocol
 
+import numpy as np
+
 from jaxasync.actor import Actor
 from jaxasync.actor_manager import Actors, ActorStats
 from jaxasync.bottleneck import verdict
@@ -35,6 +37,7 @@ from jaxasync.learner import Learner
 from jaxasync.param_store import ParamStore, host_copy
 from jaxasync.recorder import Recorder
 from jaxasync.sources.base import DataSource
+from jaxasync.sources.replay import ReplaySource
 from jaxasync.transport import Chunk, ChunkQueue
 
 
@@ -100,6 +103,23 @@ class Feed(Protocol):
 
   def summary(self) -> dict:
     """Figures for the run's summary."""
+
+
+class TextDropping:
+  """A recorder of ``record`` and ``close`` only (the ``Recorder`` contract before ``text``),
+  given the ``text`` it lacks: the lines are dropped."""
+
+  def __init__(self, recorder: Recorder):
+    self.recorder = recorder
+
+  def record(self, step: int, values) -> None:
+    self.recorder.record(step, values)
+
+  def text(self, tag: str, text: str, step: int = 0) -> None:
+    pass
+
+  def close(self) -> None:
+    self.recorder.close()
 
 
 class LockstepFeed:
@@ -173,6 +193,13 @@ class LockstepFeed:
                      f"({type(e).__name__}: {e}); they start afresh")
       return False
     a = self.actor
+    if (type(collector) is not type(a.collector)
+        or np.asarray(collector.obs).dtype != np.asarray(a.collector.obs).dtype):
+      # Saved by a version that stored observations in another dtype (float64 before
+      # types.storage_dtype): its transitions would not fit this run's replay.
+      logger.warning("the lock-step actor's episodes in progress were saved in another "
+                     "layout; they start afresh")
+      return False
     a.env.close()
     a.env, a.collector, a.rng = env, collector, rng
     a.actor_state, a.env_steps, a._seq = actor_state, env_steps, seq
@@ -346,7 +373,10 @@ class LearnerLoop:
                sync_interval: int, extra_meta: dict | None = None,
                hooks: tuple[Hook, ...] = ()):
     self.config, self.learner, self.source, self.feed = config, learner, source, feed
+    if not hasattr(recorder, "text"):  # (a recorder written to the contract before text)
+      recorder = TextDropping(recorder)
     self.param_store, self.evaluator, self.recorder = param_store, evaluator, recorder
+    self.samples_replay = isinstance(source, ReplaySource)  # (for the verdict's hint)
     self.sync_interval = sync_interval
     self.user_hooks = tuple(hooks)
     self.ledger = RunLedger(config, learner, recorder, extra_meta)
@@ -365,6 +395,7 @@ class LearnerLoop:
     # (time, stage times, actors' blocked seconds) at the run's start or its first record,
     # and at the last record: the windows of the bottleneck verdicts.
     self._bottleneck_marks: list[tuple] = []
+    self._end_mark: tuple | None = None  # (when training ended, before the feed stops)
     self.save_replay = True  # checkpoints hold the data source's state (Trainer decides)
 
   # --- pieces of the loop ------------------------------------------------------------------
@@ -586,6 +617,7 @@ class LearnerLoop:
     self._bar.close()
     if error is None and forced is None:  # (a forced stop may have lost the state mid-update)
       self.publish()  # actors end on the final params
+    self._end_mark = self._bottleneck_mark()  # (the verdict's window ends with the training)
     feed.stop()
     worker.close(wait_pending=error is None and not run.interrupted)
     error = error or worker.error  # an evaluation that failed after the loop's last look
@@ -621,7 +653,7 @@ class LearnerLoop:
     dt = max(1e-9, t1 - t0)
     fractions = {k: (v - stages0.get(k, 0.0)) / dt for k, v in stages1.items()}
     blocked = None if blocked1 is None else min(1.0, (blocked1 - (blocked0 or 0.0)) / dt)
-    return verdict(self.feed.mode, fractions, blocked), blocked
+    return verdict(self.feed.mode, fractions, blocked, self.samples_replay), blocked
 
   def bottleneck(self) -> tuple[str, float | None]:
     """Which side limits the run, in one line, and the actors' blocked fraction: from the first
@@ -629,7 +661,7 @@ class LearnerLoop:
     over the whole run when it never recorded."""
     run_start = (self.ledger.start, {}, 0.0)
     start = self._bottleneck_marks[0] if self._bottleneck_marks else run_start
-    now = self._bottleneck_mark()
+    now = self._end_mark or self._bottleneck_mark()
     if now[0] - start[0] < 0.5:  # (the first record was just now: too short a window)
       start = run_start
     return self._bottleneck_since(start, now)

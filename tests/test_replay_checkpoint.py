@@ -188,3 +188,20 @@ def test_the_size_a_run_can_fill_is_bounded_by_its_env_steps():
   # (an episode of T steps is T + K records: K + 1 per step at most, K = 4)
   assert frames.nbytes_within(100) == 500 * frames.replay.bytes_per_item
   assert frames.nbytes_within(CAPACITY) == frames.nbytes
+
+
+def test_a_replay_saved_with_float64_observations_restores_into_float32_storage():
+  """Observations of float64 spaces (MuJoCo's) were stored as float64 before
+  ``types.storage_dtype``: such a checkpoint restores, cast, into this version's float32."""
+  old = ReplayBuffer({"x": np.zeros((3, 5), np.float64), "id": np.zeros((), np.int64)}, CAPACITY)
+  chunk = _chunk(range(50))
+  old.add({"x": chunk["x"].astype(np.float64) + 0.25, "id": chunk["id"]})
+  new = ReplayBuffer(_example(), CAPACITY)
+  new.load_state_dict(old.state_dict())
+  state = new.state_dict()
+  x = next(v for v in state["storage"] if v.ndim == 3)
+  assert len(new) == 50 and x.dtype == np.float32
+  np.testing.assert_array_equal(x, chunk["x"] + 0.25)
+  with pytest.raises(ValueError, match="int64"):  # (only float64 into float32 is widened)
+    ReplayBuffer({"x": np.zeros((3, 5), np.float32), "id": np.zeros((), np.int32)},
+                 CAPACITY).load_state_dict(old.state_dict())

@@ -296,3 +296,18 @@ def test_bad_arguments_raise():
     with pytest.raises(ValueError, match=f"{next(iter(change))}|extras"):
       col.step(**{**ok, **change})
   assert col.step(**ok) is None  # the failed calls left no trace
+
+
+def test_a_collector_pickled_before_return_tracking_resumes():
+  """A lock-step run's checkpoint pickles its collector: one saved before
+  ``return_discount`` existed loads, steps on, and tracks nothing."""
+  import pickle
+  unrolls, col, env = _run(2)
+  for name in ("return_discount", "_ret", "_running_return"):
+    del col.__dict__[name]
+  old = pickle.loads(pickle.dumps(col))
+  assert old.return_discount is None
+  action, extras = _policy(2)
+  next_obs, reward, term, trunc, _ = env.step(action)
+  u = old.step(action, reward, next_obs, term, trunc, extras)
+  assert u is not None and u.discounted_return is None

@@ -13,8 +13,10 @@ statistics (``agents/normalization.py``) that live in the learner's state: the l
 updates them from each batch it trains on, before its SGD step, and publishes them with the
 params (``NormalizedPolicyParams``), so actors and the evaluator normalise with exactly the
 version they adopted, inside the one jitted ``policy`` call. With ``normalize_rewards`` the
-learner divides rewards by the running standard deviation of the discounted return
-(gymnasium's ``NormalizeReward``): each actor's collector continues that return per sub-env
+learner divides rewards by the running standard deviation of the discounted return, summed
+per sub-env from each episode's start (SB3's ``VecNormalize``, and gym's ``NormalizeReward``
+up to 0.25; gymnasium's since 0.26 carries the sum across truncations and drops it at a
+termination step itself): each actor's collector continues that return per sub-env
 (``Unroll.discounted_return``), and the statistics live in the learner's state beside the
 observation ones; rewards enter only the loss, so nothing is published.
 """
@@ -46,12 +48,10 @@ from jaxasync.networks import (ACTIVATIONS, Activation, Torso, check_torso, chec
                                default_torso, make_torso)
 
 PyTree = Any
+REWARD_SCALE_EPS = 1e-8  # added to the return's variance (VecNormalize's and NormalizeReward's)
 
 
 # --- policy heads -------------------------------------------------------------------------------
-REWARD_SCALE_EPS = 1e-8  # gymnasium's NormalizeReward epsilon (added to the variance)
-
-
 class PolicyHead(abc.ABC):
   """What an actor-critic's policy is over one action kind: the layer that turns the policy
   torso's features into distribution parameters ("dist params", a pytree with leaves
@@ -443,7 +443,8 @@ class ActorCritic(Agent):
   def normalize_unroll(self, state: ActorCriticState, unroll):
     """The learner's step before an SGD step on ``unroll`` (leaves ``[T + 1, N, ...]``):
     ``state``'s statistics updated from its observations, and the unroll with its ``obs``
-    normalised by the updated ones; both unchanged without ``normalize_observations``.
+    normalised by the updated ones (both unchanged without ``normalize_observations``), and
+    with ``normalize_rewards`` its rewards scaled (``_scale_rewards``).
 
     Each observation is counted once: only ``obs[:-1]`` (every one the env emitted, episodes'
     final and reset observations included), since ``obs[T]`` is the next unroll's ``obs[0]``
@@ -460,8 +461,8 @@ class ActorCritic(Agent):
   def _scale_rewards(self, state: ActorCriticState, unroll):
     """``normalize_rewards``: the return statistics updated from ``unroll.discounted_return``
     ``[T + 1, N]`` and its rewards divided by their standard deviation (not centred, as
-    gymnasium's ``NormalizeReward``: a shift would change which episodes are worth ending),
-    clipped at ``reward_clip``.
+    ``VecNormalize`` and ``NormalizeReward``: a shift would change which episodes are worth
+    ending), clipped at ``reward_clip``.
 
     Each step counts once: rows ``1..T`` (row 0 is the previous unroll's row ``T``) but the
     first timesteps of episodes, which are no steps (their return restarts at 0)."""
@@ -541,11 +542,12 @@ class ActorCriticConfig:
       (vector) observations only.
     observation_clip: the bound of the normalised observations (gymnasium's and CleanRL's 10).
     normalize_rewards: rewards divided by the running standard deviation of the discounted
-      return (gamma), as gymnasium's NormalizeReward in CleanRL's MuJoCo PPO, then clipped at
-      reward_clip. Each actor continues that return per sub-env (it holds the stream); the
-      statistics live in the learner's state (checkpointed) and count every step of the
-      batches trained on once. The values learn the scaled returns.
-    reward_clip: the bound of the scaled rewards (CleanRL's 10).
+      return (gamma) summed from each episode's start (SB3's VecNormalize; the reward scaling
+      of CleanRL's MuJoCo PPO), then clipped at reward_clip. Each actor continues that return
+      per sub-env (it holds the stream); the statistics live in the learner's state
+      (checkpointed) and count every step of the batches trained on once. The values learn
+      the scaled returns.
+    reward_clip: with normalize_rewards, the bound of the scaled rewards (CleanRL's 10).
     data: what it learns from: unrolls of ``unroll_length`` steps through a queue that drops
       those older than ``max_policy_lag`` SGD steps (``UnrollConfig``; shown among the
       agent's flags, ``--agent.unroll-length``).

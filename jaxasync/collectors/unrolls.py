@@ -126,6 +126,13 @@ class UnrollCollector(CollectorBase):
     self._t = 0  # the row of the timestep to act on next
     self._autoreset = np.zeros(num_envs, bool)  # the next step is an autoreset step
 
+  def __setstate__(self, state: dict) -> None:
+    # A collector pickled (a lock-step run's checkpoint) before return tracking existed.
+    state.setdefault("return_discount", None)
+    state.setdefault("_ret", None)
+    state.setdefault("_running_return", np.zeros(state["num_envs"], np.float64))
+    self.__dict__.update(state)
+
   def reset(self, obs: np.ndarray) -> None:
     """Starts from the observations of ``env.reset()``, ``[B, *obs_shape]``.
 

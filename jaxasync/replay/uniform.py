@@ -196,9 +196,11 @@ class ReplayBuffer:
 
 def check_saved_prefix(name: str, x: np.ndarray, store: np.ndarray, filled: int) -> None:
   """Raises ``ValueError`` unless ``x`` fits ``store`` ``[capacity, ...]`` as a saved prefix:
-  its first ``n`` slots, ``filled <= n <= capacity``, same item shape and dtype."""
+  its first ``n`` slots, ``filled <= n <= capacity``, same item shape and dtype (or float64
+  into float32: observations saved before ``types.storage_dtype`` stored them as float32)."""
   n = x.shape[0] if x.ndim else -1
-  if (x.shape[1:] != store.shape[1:] or x.dtype != store.dtype
+  widened = x.dtype == np.float64 and store.dtype == np.float32
+  if (x.shape[1:] != store.shape[1:] or (x.dtype != store.dtype and not widened)
       or not filled <= n <= store.shape[0]):
     raise ValueError(
         f"replay state {name} is {x.shape} {x.dtype}; this buffer needs ({filled} to "

@@ -105,8 +105,10 @@ def mujoco_preset() -> Args:
   # and NormalizeReward inside each env; here both statistics are the learner's
   # (normalize_observations, normalize_rewards: updated from the batches it trains on), so
   # actors and the evaluator cannot drift apart. The discounted return that scales the
-  # rewards is continued per sub-env by the actor's collector, as in the wrapper; the
-  # statistics move once per batch, before its epochs, where CleanRL's move every env step.
+  # rewards is continued per sub-env by the actor's collector and restarts with each episode
+  # (SB3's VecNormalize, gym's NormalizeReward up to 0.25; gymnasium's since 0.26 carries it
+  # across truncations, HalfCheetah's only episode ends); the statistics move once per
+  # batch, before its epochs, where CleanRL's move every env step.
   agent = ja.PPOConfig(batch_size=1, gamma=0.99, gae_lambda=0.95, learning_rate=3e-4,
                        adam_eps=1e-5, num_epochs=10, num_minibatches=32, clip_epsilon=0.2,
                        value_clip_epsilon=0.2, value_cost=0.5, entropy_cost=0.0,
