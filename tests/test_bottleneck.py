@@ -116,3 +116,27 @@ def test_a_slow_update_is_learner_bound():
   assert summary["actors_blocked_fraction"] > 0.5
   assert summary["actors"][0]["blocked_fraction"] > 0.5
   assert [t for _, tag, t in recorder.texts if tag == "bottleneck"][-1].startswith("learner")
+
+
+def test_a_recorder_without_text_still_records():
+  """A recorder written to the contract before ``text`` (``record`` and ``close`` only)."""
+
+  class Scalars:
+    def __init__(self):
+      self.steps = []
+
+    def record(self, step, values):
+      self.steps.append(step)
+
+    def close(self):
+      pass
+
+  obs_space, action_space = ja.envs.spaces_of(CARTPOLE)
+  agent = ja.DQN(ja.DQNConfig(hidden_sizes=(16,), batch_size=32,
+                              data=ja.ReplayConfig(warmup_period=64)), obs_space, action_space)
+  recorder = Scalars()
+  run = ja.RunConfig(max_opts=40, eval_interval=0, record_interval=10, progress=False)
+  summary = ja.Trainer(agent, CARTPOLE, run, ja.ActorsConfig(mode="sync"),
+                       recorder=recorder).train()
+  assert summary["opt_steps"] == 40 and len(recorder.steps) >= 4 and recorder.steps[-1] == 40
+  assert summary["bottleneck"].startswith("lock-step")
