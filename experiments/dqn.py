@@ -6,6 +6,7 @@
   python experiments/dqn.py --agent.n-step 3 --agent.no-layer-norm
   python experiments/dqn.py --seed 3 agent.loss:q-learning --agent.loss.num-q-networks 2
   python experiments/dqn.py agent.target-update:hard-copy --agent.target-update.period 500
+  python experiments/dqn.py --preset minatar --env-id MinAtar/Asterix-v1   # Revisiting Rainbow's DQN
   python experiments/dqn.py --help                  # every flag
 
 The tuned defaults, the reasons for them and the flags are in jaxasync/train/dqn.py, which

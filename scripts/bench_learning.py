@@ -137,6 +137,7 @@ class Row:
 
 
 MUJOCO_ENVS = ("HalfCheetah", "Hopper", "Walker2d")
+MINATAR_GAMES = ("Breakout", "SpaceInvaders", "Asterix", "Freeway", "Seaquest")
 # Published means over seeds at the rows' budgets (read by a session on 2026-11-26):
 # SAC at 300k env steps: Tianshou's SAC, -v3 envs, 10 seeds, deterministic test returns
 # (their docs' per-evaluation curves, docs/_static/js/mujoco/benchmark/<Env>-v3/result.json);
@@ -183,13 +184,18 @@ ROWS: dict[str, Row] = {
                                  target=MUJOCO_PUBLISHED["ppo", env],
                                  hold=0.8 * MUJOCO_PUBLISHED["ppo", env], default=False)
        for env in MUJOCO_ENVS},
-    # MinAtar with PPO's gymnax-blines preset, at issue 32's 2-core budget of 5M env steps
-    # (gymnax-blines publish 10M), only when asked for.
+    # MinAtar, only when asked for, at issue 32's 2-core budgets: PPO (gymnax-blines' preset)
+    # 5M env steps (they publish 10M), DQN (Revisiting Rainbow's) 2M (500k SGD steps).
     **{f"ppo-minatar-{game.lower()}": Row("experiments/ppo.py",
                                           ("--preset", "minatar", "--env-id",
                                            f"MinAtar/{game}-v1", "--max-env-steps", "5000000"),
                                           default=False)
-       for game in ("Breakout", "SpaceInvaders", "Asterix", "Freeway", "Seaquest")},
+       for game in MINATAR_GAMES},
+    **{f"dqn-minatar-{game.lower()}": Row("experiments/dqn.py",
+                                          ("--preset", "minatar", "--env-id",
+                                           f"MinAtar/{game}-v1", "--max-env-steps", "2000000"),
+                                          default=False)
+       for game in MINATAR_GAMES},
     # 10 minutes a run: only when asked for.
     "rainbow-minatar-breakout": Row("experiments/rainbow.py",
                                     ("--preset", "minatar", "--duration", "600"), default=False),

@@ -1,5 +1,5 @@
-"""MinAtarEnvFactory, the MinAtar torso and its automatic choice, and the Rainbow and PPO minatar
-presets."""
+"""MinAtarEnvFactory, the MinAtar torso and its automatic choice, and the Rainbow, DQN and PPO
+minatar presets."""
 
 import dataclasses
 import pickle
@@ -194,3 +194,24 @@ def test_ppo_minatar_preset_runs_end_to_end(tmp_path):
   summary = ppo.main(args)
   assert summary["opt_steps"] == 3 and summary["env_steps"] == 4 * 128 * 3
   assert len(summary["evals"]) >= 2 and (tmp_path / "summary.json").exists()
+
+
+def test_dqn_minatar_preset_runs_end_to_end(tmp_path):
+  import dqn  # experiments/dqn.py
+  assert dqn.parse([]).preset == "cartpole" and dqn.parse([]).agent.layer_norm  # (unchanged)
+  args = dqn.parse(["--preset", "minatar", "--env-id", "MinAtar/Asterix-v1"])
+  a, d = args.agent, args.agent.data
+  assert args.env_id == "MinAtar/Asterix-v1" and not args.anneal_lr
+  assert isinstance(a.loss, ja.QLearning) and not a.loss.double_q and not a.layer_norm
+  assert (a.learning_rate, a.adam_eps, a.batch_size, a.eps_end, a.eps_decay_steps) == (
+      2.5e-4, 3.125e-4, 32, 0.01, 250_000)
+  assert (d.n_step, d.replay_capacity, d.warmup_period, d.opt_interval) == (1, 100_000, 1_000, 4.0)
+  assert a.target_update.period * d.opt_interval == 1_000  # env steps per target copy
+  args = dataclasses.replace(
+      args, actors=dataclasses.replace(args.actors, mode="sync"),
+      run=dataclasses.replace(args.run, max_opts=40, eval_interval=20, eval_episodes=1,
+                              save_interval=0, progress=False, logdir=str(tmp_path)),
+      agent=dataclasses.replace(a, data=dataclasses.replace(d, warmup_period=200,
+                                                            replay_capacity=500)))
+  summary = dqn.main(args)
+  assert summary["opt_steps"] == 40 and len(summary["evals"]) == 2
