@@ -162,6 +162,18 @@ def with_logdir(args: RunArgs, now: float | None = None) -> RunArgs:
   return dataclasses.replace(args, run=dataclasses.replace(args.run, logdir=logdir))
 
 
+def mujoco_off_policy(warmup_period: int) -> tuple[ja.ReplayConfig, ja.RunConfig]:
+  """The replay and run of the off-policy MuJoCo presets (SAC's, TD3's): a 1M replay of
+  one-step transitions, gamma 0.99, ``warmup_period`` env steps before the first SGD step,
+  then one SGD step of 256 per env step (actors: 256 sampled per inserted), 1M env steps;
+  10 evaluation episodes every 10k SGD steps."""
+  data = ja.ReplayConfig(replay_capacity=1_000_000, warmup_period=warmup_period, n_step=1,
+                         gamma=0.99, samples_per_insert=256.0)
+  run = ja.RunConfig(max_opts=1_000_000, max_env_steps=1_000_000, eval_interval=10_000,
+                     eval_episodes=10, save_interval=100_000)
+  return data, run
+
+
 def on_policy_actors() -> ja.ActorsConfig:
   """The actors of the on-policy scripts (IMPALA, PPO): one actor process with 8 envs,
   pinned, params published after every SGD step."""

@@ -138,6 +138,17 @@ def test_dqn_on_minatar_picks_the_minatar_torso():
   assert "MLPTorso_0" in mlp.init(jax.random.PRNGKey(0), np.zeros((1, 10, 10, 6)))["params"]
 
 
+def _tiny_replay_run(args, tmp_path):
+  """A replay preset's ``args`` cut to a lock-step run of 40 SGD steps on a 500-item replay."""
+  d = args.agent.data
+  return dataclasses.replace(
+      args, actors=dataclasses.replace(args.actors, mode="sync"),
+      run=dataclasses.replace(args.run, max_opts=40, eval_interval=20, eval_episodes=1,
+                              save_interval=0, progress=False, logdir=str(tmp_path)),
+      agent=dataclasses.replace(args.agent, data=dataclasses.replace(d, warmup_period=200,
+                                                                     replay_capacity=500)))
+
+
 def test_rainbow_minatar_preset_runs_end_to_end(tmp_path):
   rb = rainbow_module()
   args = rb.parse(["--preset", "minatar"])
@@ -149,12 +160,7 @@ def test_rainbow_minatar_preset_runs_end_to_end(tmp_path):
   assert (d.n_step, d.replay_capacity, d.warmup_period, d.opt_interval) == (
       3, 100_000, 1_000, 4.0)
   assert a.target_update.period * d.opt_interval == 1_000  # env steps per target copy
-  args = dataclasses.replace(
-      args, actors=dataclasses.replace(args.actors, mode="sync"),
-      run=dataclasses.replace(args.run, max_opts=40, eval_interval=20, eval_episodes=1,
-                              save_interval=0, progress=False, logdir=str(tmp_path)),
-      agent=dataclasses.replace(a, data=dataclasses.replace(d, warmup_period=200,
-                                                            replay_capacity=500)))
+  args = _tiny_replay_run(args, tmp_path)
   summary = rb.main(args)
   assert summary["opt_steps"] == 40
   assert summary["env_steps"] >= 200 + 4 * 40 - 16  # warm-up, then 4 env steps per SGD step
@@ -207,11 +213,6 @@ def test_dqn_minatar_preset_runs_end_to_end(tmp_path):
       2.5e-4, 3.125e-4, 32, 0.01, 250_000)
   assert (d.n_step, d.replay_capacity, d.warmup_period, d.opt_interval) == (1, 100_000, 1_000, 4.0)
   assert a.target_update.period * d.opt_interval == 1_000  # env steps per target copy
-  args = dataclasses.replace(
-      args, actors=dataclasses.replace(args.actors, mode="sync"),
-      run=dataclasses.replace(args.run, max_opts=40, eval_interval=20, eval_episodes=1,
-                              save_interval=0, progress=False, logdir=str(tmp_path)),
-      agent=dataclasses.replace(a, data=dataclasses.replace(d, warmup_period=200,
-                                                            replay_capacity=500)))
+  args = _tiny_replay_run(args, tmp_path)
   summary = dqn.main(args)
   assert summary["opt_steps"] == 40 and len(summary["evals"]) == 2

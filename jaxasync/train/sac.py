@@ -71,12 +71,9 @@ def mujoco_preset() -> Args:
   # policy_delay 1 takes one by one. (policy_delay 2 would halve them: a cheaper SGD step,
   # but not CleanRL's learning per env step.) Its figures use log_std bounds (-5, 2), as
   # SACConfig's defaults do.
+  data, run = experiment.mujoco_off_policy(warmup_period=5_000)
   agent = ja.SACConfig(actor_learning_rate=3e-4, critic_learning_rate=1e-3,
-                       temperature_learning_rate=1e-3, policy_delay=1,
-                       data=ja.ReplayConfig(replay_capacity=1_000_000, warmup_period=5_000,
-                                            n_step=1, gamma=0.99, samples_per_insert=256.0))
-  run = ja.RunConfig(max_opts=1_000_000, max_env_steps=1_000_000, eval_interval=10_000,
-                     eval_episodes=10, save_interval=100_000)
+                       temperature_learning_rate=1e-3, policy_delay=1, data=data)
   return Args(preset="mujoco", env_id="HalfCheetah-v5", agent=agent, run=run)
 
 

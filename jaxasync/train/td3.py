@@ -69,10 +69,8 @@ def mujoco_preset() -> Args:
   per env step (actors: 256 sampled per inserted), 1M env steps. Evaluations (ours): 10
   episodes every 10k SGD steps.
   """
-  agent = ja.TD3Config(data=ja.ReplayConfig(replay_capacity=1_000_000, warmup_period=25_000,
-                                            n_step=1, gamma=0.99, samples_per_insert=256.0))
-  run = ja.RunConfig(max_opts=1_000_000, max_env_steps=1_000_000, eval_interval=10_000,
-                     eval_episodes=10, save_interval=100_000)
+  data, run = experiment.mujoco_off_policy(warmup_period=25_000)
+  agent = ja.TD3Config(data=data)
   return Args(preset="mujoco", env_id="HalfCheetah-v5", agent=agent, run=run)
 
 
