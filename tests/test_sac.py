@@ -104,8 +104,48 @@ def test_policy_actions_stay_in_the_box_and_evaluation_is_the_scaled_tanh_mean()
   mean, _ = agent.actor.apply(params, obs)
   np.testing.assert_allclose(agent.policy(params, obs, rng, explore=False),
                              scale_actions(np.tanh(mean), ASYM.low, ASYM.high), rtol=1e-5)
-  actions, extras, state = agent.act(params, obs, agent.initial_actor_state(ja.ActorContext()), rng)
-  assert extras is None and state is None and actions.shape == (64, 2)
+  past_warmup = agent.initial_actor_state(ja.ActorContext(env_steps=10 ** 9))
+  actions, extras, state = agent.act(params, obs, past_warmup, rng)
+  assert extras is None and actions.shape == (64, 2)
+  assert state.env_steps == past_warmup.env_steps + 1
+
+
+def test_random_actions_during_the_warmup_then_the_policy():
+  """Uniform random actions over the Box while the run's env steps (this actor's times the
+  actors) are within the data's warmup_period, then the policy's own samples; the evaluator
+  never; with random_warmup off, the policy at once (the preset's 5k random steps were the
+  policy's before: its initial actor is near bang-bang on HalfCheetah)."""
+  config = dataclasses.replace(TINY, data=ja.ReplayConfig(n_step=1, warmup_period=100))
+  agent = ja.SAC(config, OBS3, ASYM)
+  params = agent.policy_params(agent.init(jax.random.PRNGKey(0)))
+  obs = np.zeros((500, 3), np.float32)  # one obs: the policy's samples share one mean and std
+  rng = np.random.default_rng(0)
+  state = agent.initial_actor_state(ja.ActorContext(num_actors=2, num_envs=10))
+  assert (state.random_steps, state.steps_per_call) == (100, 20)
+  seen = []
+  for _ in range(7):  # run steps 0, 20, ..., 120: random below 100
+    random_now = agent.actor_metrics(state)["random_actions"]
+    policy_actions = agent.policy(params, obs, rng)
+    env, _, state = agent.select(policy_actions, state, rng)
+    seen.append((random_now, env, policy_actions))
+  assert [r for r, _, _ in seen] == [1.0] * 5 + [0.0] * 2
+  for _, env, policy_actions in seen[:5]:  # uniform over [-1, 3] x [0, 10]
+    assert np.all(env >= ASYM.low) and np.all(env <= ASYM.high)
+    # (5 standard errors of a mean of 500: 4 / 12 ** 0.5 / 500 ** 0.5 = 0.052, 0.13 for 10)
+    assert np.all(np.abs(env.mean(0) - [1.0, 5.0]) < [0.26, 0.65]), env.mean(0)
+    np.testing.assert_allclose(env.std(0), [4 / 12 ** 0.5, 10 / 12 ** 0.5], rtol=0.1)
+  for _, env, policy_actions in seen[5:]:
+    np.testing.assert_array_equal(env, policy_actions)
+  evaluator = agent.initial_actor_state(ja.ActorContext(evaluation=True))
+  env, _, _ = agent.select(policy_actions, evaluator, rng)
+  np.testing.assert_array_equal(env, policy_actions)
+  # A restarted actor continues: 3 actors, 40 env steps each before -> the run is at 120.
+  assert agent.initial_actor_state(ja.ActorContext(num_actors=3, env_steps=40)).env_steps == 120
+  no_warmup = ja.SAC(dataclasses.replace(config, random_warmup=False), OBS3, ASYM)
+  state = no_warmup.initial_actor_state(ja.ActorContext())
+  np.testing.assert_array_equal(no_warmup.select(policy_actions, state, rng)[0], policy_actions)
+  # A lock-step checkpoint from before the warmup existed holds no actor state: the policy.
+  np.testing.assert_array_equal(agent.select(policy_actions, None, rng)[0], policy_actions)
 
 
 # --- the update's wiring ------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Annotated, Any, Callable, ClassVar, Literal, Sequence
+from typing import Annotated, Any, Callable, ClassVar, Literal, NamedTuple, Sequence
 
 import chex
 import distrax
@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 import tyro
 
-from jaxasync.agent import Agent
+from jaxasync.agent import ActorContext, Agent
 from jaxasync.envs import check_action_box, check_box_observations
 from jaxasync.errors import ConfigError
 from jaxasync.networks import (MLPTorso, Torso, check_torso, check_torso_fields, default_torso,
@@ -92,6 +92,9 @@ class ContinuousConfig:
     batch_size: transitions per SGD step.
     tau: Polyak factor of the target networks.
     policy_delay: critic steps per policy step.
+    random_warmup: actors take uniform random actions (over the Box) during the data's
+      warmup_period, as the SAC and TD3 papers, CleanRL and SB3 do; False: the initial policy
+      (with its exploration) from the first step.
     data: what it learns from (``ReplayConfig``; 1-step returns by default).
   """
 
@@ -104,6 +107,7 @@ class ContinuousConfig:
   batch_size: int = 256
   tau: float = 0.005
   policy_delay: int = 1
+  random_warmup: bool = True
   data: Annotated[ReplayConfig, tyro.conf.arg(name="")] = dataclasses.field(
       default_factory=lambda: ReplayConfig(n_step=1))
 
@@ -172,6 +176,34 @@ def mean_over_steps(metrics: dict[str, jnp.ndarray], updated: jnp.ndarray,
   return out
 
 
+class ExplorationState(NamedTuple):
+  """An actor's exploration state (``ContinuousAgent.initial_actor_state``).
+
+  Attributes:
+    env_steps: the run's env steps as this actor estimates them (its own steps times the number
+      of actors), compared with ``random_steps``.
+    steps_per_call: how much one ``select`` call advances ``env_steps`` (its sub-envs times the
+      number of actors); 0 for the evaluator.
+    explore: add exploration (False: the evaluator's deterministic policy).
+    random_steps: run env steps during which actions are uniform random (0: none).
+  """
+
+  env_steps: int
+  steps_per_call: int
+  explore: bool
+  random_steps: int
+
+
+def warming_up(actor_state: ExplorationState) -> bool:
+  """Whether the actor still acts uniformly at random (the random warmup)."""
+  return actor_state.explore and actor_state.env_steps < actor_state.random_steps
+
+
+def advanced(actor_state: ExplorationState) -> ExplorationState:
+  """``actor_state`` after one ``select`` call."""
+  return actor_state._replace(env_steps=actor_state.env_steps + actor_state.steps_per_call)
+
+
 class ContinuousAgent(Agent):
   """What SAC and TD3 share around their maths: the checks and the action Box at construction
   (``setup``), and ``update`` as ``k`` of the subclass's SGD steps in one jitted ``lax.scan``.
@@ -202,6 +234,21 @@ class ContinuousAgent(Agent):
     torso = (default_torso(obs_space.shape, obs_space.dtype) if config.torso == "auto"
              else config.torso)
     return torso, tuple(config.hidden_sizes)
+
+  def initial_actor_state(self, context: ActorContext) -> ExplorationState:
+    """Exploration continued from the actor's ``env_steps`` (the run's steps estimated as its
+    own times the actors), with the data's ``warmup_period`` of uniform random actions when
+    ``random_warmup``; none for the evaluator."""
+    if context.evaluation:
+      return ExplorationState(env_steps=0, steps_per_call=0, explore=False, random_steps=0)
+    random_steps = self.data.warmup_period if self.config.random_warmup else 0
+    return ExplorationState(env_steps=context.env_steps * context.num_actors,
+                            steps_per_call=context.num_envs * context.num_actors, explore=True,
+                            random_steps=random_steps)
+
+  def actor_metrics(self, actor_state: ExplorationState | None) -> dict[str, float]:
+    """``random_actions``: 1 while the actor still acts uniformly at random (the warmup)."""
+    return {"random_actions": float(actor_state is not None and warming_up(actor_state))}
 
   def skipped_policy_metrics(self) -> dict[str, jnp.ndarray]:
     """The policy metrics of an SGD step that took no policy step (zeros, left out of the

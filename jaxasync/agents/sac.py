@@ -11,7 +11,9 @@ The contract's pieces:
   * ``policy(params, obs, rng, explore)``: one jitted call returning env actions ``[B, A]``: a
     sample of the squashed Gaussian (its key seeded from the numpy ``rng``), or with
     ``explore=False`` the deterministic ``tanh(mean)`` (evaluation);
-  * ``select``: passes them through (the policy explores by itself; no actor state);
+  * ``select``: passes them through (the policy explores by itself), but for uniform random
+    actions over the Box while the run's env steps are inside the data's ``warmup_period``
+    (``random_warmup``, as the paper, SB3 and CleanRL);
   * ``update``: ``k`` SGD steps per jitted call (``lax.scan``); each is a critic step, then,
     every ``policy_delay`` steps, an actor step and a temperature step, then a Polyak step of
     the target critics. Its feedback is ``|TD|`` per item (mean of the two critics), so a
@@ -40,11 +42,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxasync.agent import ActorContext, key_data
-from jaxasync.agents.continuous import (ContinuousAgent, ContinuousConfig, GaussianPolicy,
-                                        TwinQCritic, check_positive, every_nth_step,
-                                        scale_actions, squashed_gaussian, twin_td_loss,
-                                        unscale_actions)
+from jaxasync.agent import key_data
+from jaxasync.agents.continuous import (ContinuousAgent, ContinuousConfig, ExplorationState,
+                                        GaussianPolicy, TwinQCritic, advanced, check_positive,
+                                        every_nth_step, scale_actions, squashed_gaussian,
+                                        twin_td_loss, unscale_actions, warming_up)
 from jaxasync.agents.optimizers import adam_with_clipping
 from jaxasync.errors import ConfigError
 from jaxasync.types import Transition
@@ -217,13 +219,16 @@ class SAC(ContinuousAgent):
       return np.asarray(self.sample_actions(params, obs, seed))
     return np.asarray(self.mean_actions(params, obs))
 
-  def initial_actor_state(self, context: ActorContext) -> None:
-    """None: the policy's own noise explores."""
-    return None
-
-  def select(self, actions: np.ndarray, actor_state: None, rng: np.random.Generator
-             ) -> tuple[np.ndarray, None, None]:
-    """``policy``'s actions, in the action space's dtype; no extras."""
+  def select(self, actions: np.ndarray, actor_state: ExplorationState | None,
+             rng: np.random.Generator) -> tuple[np.ndarray, None, ExplorationState | None]:
+    """``policy``'s actions (its own noise explores), or uniform random ones over the Box
+    during the random warmup; in the action space's dtype; no extras. (``actor_state`` None:
+    a lock-step checkpoint from before the warmup existed, resumed past it.)"""
+    if actor_state is not None and actor_state.explore:
+      if warming_up(actor_state):
+        uniform = rng.uniform(-1.0, 1.0, actions.shape).astype(np.float32)
+        actions = np.clip(scale_actions(uniform, self.low, self.high), self.low, self.high)
+      actor_state = advanced(actor_state)
     return actions.astype(self.action_space.dtype, copy=False), None, actor_state
 
   # --- learning ------------------------------------------------------------

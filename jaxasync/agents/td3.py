@@ -28,7 +28,7 @@ action space (CleanRL scales it by the Box's half-width, which is the same), so 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple
+from typing import Any
 
 import chex
 import flax
@@ -38,11 +38,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxasync.agent import ActorContext, key_data
+from jaxasync.agent import key_data
 from jaxasync.agents.continuous import (ContinuousAgent, ContinuousConfig,
-                                        DeterministicPolicy, QCritic, TwinQCritic,
-                                        every_nth_step, one_twin, scale_actions, twin_td_loss,
-                                        unscale_actions)
+                                        DeterministicPolicy, ExplorationState, QCritic,
+                                        TwinQCritic, advanced, every_nth_step, one_twin,
+                                        scale_actions, twin_td_loss, unscale_actions,
+                                        warming_up)
 from jaxasync.agents.optimizers import adam_with_clipping
 from jaxasync.errors import ConfigError
 from jaxasync.types import Transition
@@ -64,8 +65,6 @@ class TD3Config(ContinuousConfig):
     exploration_noise: std of the actors' Gaussian action noise, in [-1, 1] action units.
     target_noise: std of the target-policy smoothing noise, in [-1, 1] action units.
     target_noise_clip: the smoothing noise is clipped to [-c, c] before it is added.
-    random_warmup: actors take uniform random actions during the data's warmup_period;
-      False: the initial policy with exploration noise.
     data: what it learns from (``ReplayConfig``; 1-step returns by default, the paper's target).
   """
 
@@ -75,7 +74,6 @@ class TD3Config(ContinuousConfig):
   exploration_noise: float = 0.1
   target_noise: float = 0.2
   target_noise_clip: float = 0.5
-  random_warmup: bool = True
 
   def validate(self) -> None:
     super().validate()
@@ -100,22 +98,8 @@ class TD3State:
   key: jnp.ndarray  # uint32[2] PRNG key data, split per SGD step (the smoothing noise)
 
 
-class TD3ActorState(NamedTuple):
-  """An actor's exploration state.
-
-  Attributes:
-    env_steps: the run's env steps as this actor estimates them (its own steps times the number
-      of actors), compared with ``random_steps``.
-    steps_per_call: how much one ``select`` call advances ``env_steps`` (its sub-envs times the
-      number of actors); 0 for the evaluator.
-    explore: add exploration (False: the evaluator's deterministic policy).
-    random_steps: run env steps during which actions are uniform random (0: none).
-  """
-
-  env_steps: int
-  steps_per_call: int
-  explore: bool
-  random_steps: int
+# Lock-step checkpoints from before SAC shared it pickle the actor's state by this name.
+TD3ActorState = ExplorationState
 
 
 # --- the maths, as small pure functions (tested against hand computations) ---------------
@@ -228,36 +212,20 @@ class TD3(ContinuousAgent):
     ``select`` explores and scales them to the Box."""
     return np.asarray(self.deterministic_actions(params, obs))
 
-  def initial_actor_state(self, context: ActorContext) -> TD3ActorState:
-    """Exploration continued from the actor's ``env_steps`` (the run's steps estimated as its
-    own times the actors); none for the evaluator."""
-    if context.evaluation:
-      return TD3ActorState(env_steps=0, steps_per_call=0, explore=False, random_steps=0)
-    random_steps = self.data.warmup_period if self.config.random_warmup else 0
-    return TD3ActorState(env_steps=context.env_steps * context.num_actors,
-                         steps_per_call=context.num_envs * context.num_actors, explore=True,
-                         random_steps=random_steps)
-
-  def select(self, actions: np.ndarray, actor_state: TD3ActorState, rng: np.random.Generator
-             ) -> tuple[np.ndarray, None, TD3ActorState]:
+  def select(self, actions: np.ndarray, actor_state: ExplorationState,
+             rng: np.random.Generator) -> tuple[np.ndarray, None, ExplorationState]:
     """Env actions ``[B, A]`` (the Box's dtype) from ``policy``'s ``[-1, 1]`` actions: uniform
     random during the random warmup, with exploration noise after it, unchanged for the
     evaluator; scaled to the Box. No extras."""
     if actor_state.explore:
-      if actor_state.env_steps < actor_state.random_steps:
+      if warming_up(actor_state):
         actions = rng.uniform(-1.0, 1.0, actions.shape).astype(np.float32)
       else:
         actions = exploration_actions(actions, self.config.exploration_noise, rng)
-      actor_state = actor_state._replace(
-          env_steps=actor_state.env_steps + actor_state.steps_per_call)
+      actor_state = advanced(actor_state)
     # Clipped: float32 rounding of low + (a + 1) / 2 * (high - low) can leave the Box by an ulp.
     env_actions = np.clip(scale_actions(actions, self.low, self.high), self.low, self.high)
     return env_actions.astype(self.action_space.dtype, copy=False), None, actor_state
-
-  def actor_metrics(self, actor_state: TD3ActorState) -> dict[str, float]:
-    """``random_actions``: 1 while the actor still acts uniformly at random (the warmup)."""
-    return {"random_actions": float(actor_state.explore
-                                    and actor_state.env_steps < actor_state.random_steps)}
 
   # --- learning ------------------------------------------------------------
   def critic_loss(self, critic_params: PyTree, state: TD3State, batch: Transition,
