@@ -23,6 +23,13 @@ Rows (ROWS below; add one per algorithm and env):
                              in 2 devices; target 475, hold 450; only when named in --rows.
   rainbow-minatar-breakout   experiments/rainbow.py --preset minatar --duration 600  report only;
                              not run unless named in --rows (10 min a run).
+  {sac,td3,ppo}-{halfcheetah,hopper,walker2d}
+                             the --preset mujoco runs (SAC/TD3 300k env steps, PPO 1M); target
+                             the published mean at that budget (MUJOCO_PUBLISHED), hold 0.8 of
+                             it; only when named in --rows.
+  {ppo,dqn}-minatar-{breakout,spaceinvaders,asterix,freeway,seaquest}
+                             the --preset minatar runs (PPO 5M env steps, DQN 2M); target issue
+                             32's bar (MINATAR_TARGETS), hold 0.8 of it; only when named.
 Modes: sync (--mode sync), thread (--mode thread), process (--mode process), ray (--mode ray: a
 local Ray instance; only when named in --modes).
 
@@ -138,6 +145,17 @@ class Row:
 
 MUJOCO_ENVS = ("HalfCheetah", "Hopper", "Walker2d")
 MINATAR_GAMES = ("Breakout", "SpaceInvaders", "Asterix", "Freeway", "Seaquest")
+# Issue 32's bars, each row's target (held: 0.8 of it). DQN: the MinAtar paper's DQN (replay
+# and target network) at 5M frames, read from its learning curves (Young & Tian 2019, Fig. 2;
+# training returns, 30 seeds). PPO: 0.8 of gymnax-blines' PPO at 10M steps (gymnax README's
+# checkpoint returns: Breakout 28, SpaceInvaders 131, Asterix 15, Freeway 58); Seaquest, which
+# gymnax-blines does not report, the paper's DQN figure.
+MINATAR_TARGETS = {
+    ("dqn", "Breakout"): 10.0, ("dqn", "SpaceInvaders"): 43.0, ("dqn", "Asterix"): 17.0,
+    ("dqn", "Freeway"): 50.0, ("dqn", "Seaquest"): 20.0,
+    ("ppo", "Breakout"): 0.8 * 28, ("ppo", "SpaceInvaders"): 0.8 * 131,
+    ("ppo", "Asterix"): 0.8 * 15, ("ppo", "Freeway"): 0.8 * 58, ("ppo", "Seaquest"): 20.0,
+}
 # Published means over seeds at the rows' budgets (read by a session on 2026-11-26):
 # SAC at 300k env steps: Tianshou's SAC, -v3 envs, 10 seeds, deterministic test returns
 # (their docs' per-evaluation curves, docs/_static/js/mujoco/benchmark/<Env>-v3/result.json);
@@ -185,15 +203,20 @@ ROWS: dict[str, Row] = {
                                  hold=0.8 * MUJOCO_PUBLISHED["ppo", env], default=False)
        for env in MUJOCO_ENVS},
     # MinAtar, only when asked for, at issue 32's 2-core budgets: PPO (gymnax-blines' preset)
-    # 5M env steps (they publish 10M), DQN (Revisiting Rainbow's) 2M (500k SGD steps).
+    # 5M env steps (they publish 10M), DQN (Revisiting Rainbow's) 2M (500k SGD steps); targets
+    # MINATAR_TARGETS.
     **{f"ppo-minatar-{game.lower()}": Row("experiments/ppo.py",
                                           ("--preset", "minatar", "--env-id",
                                            f"MinAtar/{game}-v1", "--max-env-steps", "5000000"),
+                                          target=MINATAR_TARGETS["ppo", game],
+                                          hold=0.8 * MINATAR_TARGETS["ppo", game],
                                           default=False)
        for game in MINATAR_GAMES},
     **{f"dqn-minatar-{game.lower()}": Row("experiments/dqn.py",
                                           ("--preset", "minatar", "--env-id",
                                            f"MinAtar/{game}-v1", "--max-env-steps", "2000000"),
+                                          target=MINATAR_TARGETS["dqn", game],
+                                          hold=0.8 * MINATAR_TARGETS["dqn", game],
                                           default=False)
        for game in MINATAR_GAMES},
     # 10 minutes a run: only when asked for.
