@@ -39,6 +39,7 @@ from typing import Annotated, Any, Callable, ClassVar
 import tyro
 
 import jaxasync as ja
+from jaxasync.ledger import record_early_interrupts
 from jaxasync.minatar import is_minatar_id
 
 CONFIG_FILE = "config.json"
@@ -958,6 +959,7 @@ def run_cli(main: Callable[[], Any]) -> None:
   # handlers (JAX's, Ray's, multiprocessing's) still run.
   atexit.unregister(gc.freeze)  # (once, however many runs this process makes)
   atexit.register(gc.freeze)
+  record_early_interrupts()
   try:
     main()
   except ja.ConfigError as e:

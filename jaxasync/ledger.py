@@ -59,6 +59,28 @@ def over_bound(values: dict) -> bool | None:
                                                                      values.get("q_floor"))
 
 
+# A Ctrl-C while the run is being built (actors spawning, the first compilations), before the
+# loop takes SIGINT (``RunLedger.stop_on_sigint``), raises KeyboardInterrupt wherever it lands;
+# landing inside a garbage collector's callback (a weakref finalizer of a JAX object), it is
+# only printed as "Exception ignored" and the build goes on. ``record_early_interrupts`` keeps
+# a note of it, so that the loop starts stopped.
+_early_interrupt = threading.Event()
+
+
+def _interrupt_and_remember(signum, frame):
+  _early_interrupt.set()
+  raise KeyboardInterrupt
+
+
+def record_early_interrupts() -> None:
+  """From now until a run's loop takes SIGINT, a Ctrl-C raises KeyboardInterrupt as usual and
+  is remembered: if something swallowed it, the run stops (saving) as soon as it starts. Only
+  in the main thread (``jaxasync.experiment.run_cli`` calls it)."""
+  _early_interrupt.clear()
+  if threading.current_thread() is threading.main_thread():
+    signal.signal(signal.SIGINT, _interrupt_and_remember)
+
+
 class RunLedger:
   """The run's books, kept by the learner loop: evaluations and the best one (saved as ``best``),
   numbered and final checkpoints, stop requests and signals, the error that ended the run, the
@@ -121,6 +143,10 @@ class RunLedger:
       self.request_stop()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    if _early_interrupt.is_set():  # a Ctrl-C during the build that something swallowed
+      _early_interrupt.clear()
+      logger.warning("Ctrl-C while the run was being built: stopping at once (saving).")
+      on_signal(signal.SIGINT, None)
     try:
       yield
     finally:
