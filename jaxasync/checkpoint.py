@@ -189,10 +189,15 @@ def read_tree_dir(directory: Path, mmap: bool = True) -> Any:
   return decode(json.loads((directory / "state.json").read_text()))
 
 
+class StateMismatch(ValueError):
+  """A checkpoint whose state has another structure than the one it is read into (a run of
+  another network, loss or env): not damaged, but not this config's."""
+
+
 def restore_checkpoint(directory: str | os.PathLike, template: PyTree) -> tuple[PyTree, dict]:
   """Reads a checkpoint into the structure of ``template``; returns ``(state, meta)``.
 
-  Raises ``ValueError`` naming the first leaf whose path, shape or dtype differs.
+  Raises ``StateMismatch`` naming the first leaf whose path, shape or dtype differs.
   """
   directory = Path(directory)
   payload = serialization.msgpack_restore((directory / "state.msgpack").read_bytes())
@@ -202,10 +207,10 @@ def restore_checkpoint(directory: str | os.PathLike, template: PyTree) -> tuple[
   for path, like in paths_leaves:
     key = jax.tree_util.keystr(path)
     if key not in stored:
-      raise ValueError(f"checkpoint {directory} has no leaf {key}; was it saved from another config?")
+      raise StateMismatch(f"checkpoint {directory} has no leaf {key}; was it saved from another config?")
     x, like = np.asarray(stored[key]), np.asarray(like)
     if x.shape != like.shape or x.dtype != like.dtype:
-      raise ValueError(f"checkpoint leaf {key} is {x.shape} {x.dtype}, expected {like.shape} {like.dtype}.")
+      raise StateMismatch(f"checkpoint leaf {key} is {x.shape} {x.dtype}, expected {like.shape} {like.dtype}.")
     leaves.append(x)
   meta = json.loads(payload["meta"])
   return jax.tree_util.tree_unflatten(treedef, leaves), meta

@@ -19,7 +19,8 @@ import numpy as np
 from jaxasync.actor import Actor, ActorConfig, ActorShared, actor_seed
 from jaxasync.actor_manager import ActorManager, ActorStats
 from jaxasync.agent import Agent
-from jaxasync.checkpoint import claim_run_dir, load_checkpoint, resumable_checkpoints
+from jaxasync.checkpoint import (StateMismatch, claim_run_dir, load_checkpoint,
+                                 resumable_checkpoints)
 from jaxasync.config import ActorsConfig, RunConfig
 from jaxasync.errors import ConfigError
 from jaxasync.envs import VectorEnvFactory
@@ -49,16 +50,24 @@ def resume_from(model_dir, template, which: bool | str | os.PathLike = True) -> 
     shutil.rmtree(stale, ignore_errors=True)
   candidates = ([Path(which)] if not isinstance(which, bool)
                 else resumable_checkpoints(model_dir))
-  errors = []
+  errors, mismatches = [], 0
   for path in candidates:
     try:
       state, meta, source_state, actor_state = load_checkpoint(path, template)
     except Exception as e:  # unreadable, truncated, mismatching: try the next older one
       errors.append(f"{path.name}: {type(e).__name__}: {e}")
+      mismatches += isinstance(e, StateMismatch)
       logger.warning(f"checkpoint {path} cannot be resumed from ({type(e).__name__}: {e}); "
                      "trying an older one.")
       continue
     return path, meta, state, source_state, actor_state
+  where = model_dir if isinstance(which, bool) else which
+  if errors and mismatches == len(errors):  # (not damaged: another network, loss or env)
+    raise ConfigError(
+        f"the checkpoints in {where} hold a learner state of another shape than these settings "
+        f"build ({errors[0]}): a run cannot continue with another network, loss or env. Give "
+        "these settings a logdir of their own (the saved run is left as it is), or resume with "
+        "the settings it was trained with.")
   tried = "; ".join(errors) if errors else "none found"
   raise ConfigError(f"nothing to resume in {model_dir if isinstance(which, bool) else which} "
                     f"({tried}). Start the run without resuming (or with overwrite=True), or name "

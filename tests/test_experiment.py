@@ -172,8 +172,12 @@ def test_a_resume_that_cannot_load_keeps_the_saved_config(tmp_path):
   logdir = tmp_path / "run"
   _dqn(logdir)
   before = (logdir / "config.json").read_text()
-  with pytest.raises(ja.ConfigError, match="nothing to resume"):  # the params' shapes differ
+  # The params' shapes differ: not "damaged", and no --overwrite offered (it deletes the run).
+  with pytest.raises(ja.ConfigError, match=r"hold a learner state of another shape than these "
+                     r"settings build \(final: .*\): a run cannot continue with another network"
+                     ) as e:
     _dqn(logdir, "--resume", "--agent.hidden-sizes", "32", "--allow-changes", "agent.hidden_sizes")
+  assert "overwrite" not in str(e.value) and "\n" not in str(e.value)
   assert (logdir / "config.json").read_text() == before
   with pytest.raises(ja.ConfigError, match=r"--resume: .*missing does not exist"):
     _dqn(tmp_path / "missing", "--resume")
