@@ -34,7 +34,8 @@ Modes: sync (--mode sync), thread (--mode thread), process (--mode process), ray
 local Ray instance; only when named in --modes).
 
 Each run's stdout and stderr go to <logdir>/log.txt. A run that exits non-zero or runs past
---timeout seconds (its whole process group is killed: process actors too) is recorded as failed,
+its timeout (--timeout seconds, or its row's: 900, 2-4 hours for the MuJoCo and MinAtar rows;
+its whole process group is killed: process actors too) is recorded as failed,
 with the tail of its log, and the matrix goes on. <logdir>/bench_run.json records the run's
 command, exit status and git commit. --resume skips runs whose summary.json exists, unless
 bench_run.json says the run failed or the summary says it was interrupted; a run about to start
@@ -141,6 +142,9 @@ class Row:
   """in --rows' default selection."""
   env: tuple[tuple[str, str], ...] = ()
   """environment variables the run needs (set before its JAX starts)."""
+  timeout: float = 900.0
+  """seconds a run may take before it is killed and recorded as failed (--timeout overrides):
+  the long rows' own budgets with room for a loaded machine."""
 
 
 MUJOCO_ENVS = ("HalfCheetah", "Hopper", "Walker2d")
@@ -195,12 +199,14 @@ ROWS: dict[str, Row] = {
                                     ("--preset", "mujoco", "--env-id", f"{env}-v5",
                                      "--max-env-steps", str(steps), "--max-opts", str(steps)),
                                     target=MUJOCO_PUBLISHED[algo, env],
-                                    hold=0.8 * MUJOCO_PUBLISHED[algo, env], default=False)
+                                    hold=0.8 * MUJOCO_PUBLISHED[algo, env], default=False,
+                                    timeout=4 * 3600.0)
        for algo, steps in (("sac", 300_000), ("td3", 300_000)) for env in MUJOCO_ENVS},
     **{f"ppo-{env.lower()}": Row("experiments/ppo.py",
                                  ("--preset", "mujoco", "--env-id", f"{env}-v5"),
                                  target=MUJOCO_PUBLISHED["ppo", env],
-                                 hold=0.8 * MUJOCO_PUBLISHED["ppo", env], default=False)
+                                 hold=0.8 * MUJOCO_PUBLISHED["ppo", env], default=False,
+                                 timeout=2 * 3600.0)
        for env in MUJOCO_ENVS},
     # MinAtar, only when asked for, at issue 32's 2-core budgets: PPO (gymnax-blines' preset)
     # 5M env steps (they publish 10M), DQN (Revisiting Rainbow's) 2M (500k SGD steps); targets
@@ -210,14 +216,14 @@ ROWS: dict[str, Row] = {
                                            f"MinAtar/{game}-v1", "--max-env-steps", "5000000"),
                                           target=MINATAR_TARGETS["ppo", game],
                                           hold=0.8 * MINATAR_TARGETS["ppo", game],
-                                          default=False)
+                                          default=False, timeout=2 * 3600.0)
        for game in MINATAR_GAMES},
     **{f"dqn-minatar-{game.lower()}": Row("experiments/dqn.py",
                                           ("--preset", "minatar", "--env-id",
                                            f"MinAtar/{game}-v1", "--max-env-steps", "2000000"),
                                           target=MINATAR_TARGETS["dqn", game],
                                           hold=0.8 * MINATAR_TARGETS["dqn", game],
-                                          default=False)
+                                          default=False, timeout=4 * 3600.0)
        for game in MINATAR_GAMES},
     # 10 minutes a run: only when asked for.
     "rainbow-minatar-breakout": Row("experiments/rainbow.py",
@@ -682,7 +688,7 @@ def run_matrix(jobs: list[Job], args: argparse.Namespace, git: dict) -> bool:
             + (f"; WARNING: it ran as {shlex.join(recorded)}" if differs else ""), flush=True)
       continue
     try:
-      status = execute(job, args.timeout, git)
+      status = execute(job, args.timeout or ROWS[job.row].timeout, git)
     except KeyboardInterrupt:
       print(f"\n{name}: interrupted; its run was stopped. Rerun with --resume to continue.",
             flush=True)
@@ -759,8 +765,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                  help="runs, results.json, results.md and the PNGs go here")
   p.add_argument("--resume", action="store_true",
                  help="skip runs whose summary.json exists (and did not fail)")
-  p.add_argument("--timeout", type=float, default=900.0,
-                 help="seconds per run before it is killed and recorded as failed")
+  p.add_argument("--timeout", type=float, default=None,
+                 help="seconds per run before it is killed and recorded as failed; default: "
+                      "the row's (900, hours for the MuJoCo and MinAtar rows)")
   p.add_argument("--extra", action="append", default=[],
                  help="flags appended to every run, one string split like a shell line "
                       "(repeatable): --extra \"--max-opts 20000 --eval-interval 500\"; one flag alone "
