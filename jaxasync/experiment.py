@@ -39,7 +39,7 @@ from typing import Annotated, Any, Callable, ClassVar
 import tyro
 
 import jaxasync as ja
-from jaxasync.ledger import record_early_interrupts
+from jaxasync.ledger import early_interrupts_remembered
 from jaxasync.minatar import is_minatar_id
 
 CONFIG_FILE = "config.json"
@@ -959,9 +959,9 @@ def run_cli(main: Callable[[], Any]) -> None:
   # handlers (JAX's, Ray's, multiprocessing's) still run.
   atexit.unregister(gc.freeze)  # (once, however many runs this process makes)
   atexit.register(gc.freeze)
-  record_early_interrupts()
   try:
-    main()
+    with early_interrupts_remembered():
+      main()
   except ja.ConfigError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)

@@ -62,8 +62,8 @@ def over_bound(values: dict) -> bool | None:
 # A Ctrl-C while the run is being built (actors spawning, the first compilations), before the
 # loop takes SIGINT (``RunLedger.stop_on_sigint``), raises KeyboardInterrupt wherever it lands;
 # landing inside a garbage collector's callback (a weakref finalizer of a JAX object), it is
-# only printed as "Exception ignored" and the build goes on. ``record_early_interrupts`` keeps
-# a note of it, so that the loop starts stopped.
+# only printed as "Exception ignored" and the build goes on. ``early_interrupts_remembered``
+# keeps a note of it, so that the loop starts stopped.
 _early_interrupt = threading.Event()
 
 
@@ -72,13 +72,22 @@ def _interrupt_and_remember(signum, frame):
   raise KeyboardInterrupt
 
 
-def record_early_interrupts() -> None:
-  """From now until a run's loop takes SIGINT, a Ctrl-C raises KeyboardInterrupt as usual and
-  is remembered: if something swallowed it, the run stops (saving) as soon as it starts. Only
-  in the main thread (``jaxasync.experiment.run_cli`` calls it)."""
+@contextlib.contextmanager
+def early_interrupts_remembered():
+  """Within it (``jaxasync.experiment.run_cli`` runs a command in it), a Ctrl-C outside a run's
+  loop raises KeyboardInterrupt as usual and is remembered: if something swallowed it, the
+  next loop stops (saving) as soon as it starts. On exit the previous SIGINT handler is back
+  and nothing is remembered. Only in the main thread (elsewhere, nothing)."""
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
   _early_interrupt.clear()
-  if threading.current_thread() is threading.main_thread():
-    signal.signal(signal.SIGINT, _interrupt_and_remember)
+  previous = signal.signal(signal.SIGINT, _interrupt_and_remember)
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGINT, previous)
+    _early_interrupt.clear()
 
 
 class RunLedger:

@@ -422,11 +422,11 @@ class LearnerLoop:
 
   def publish(self) -> None:
     """The one place params are published."""
-    if self.param_store.host_params:  # (the copy would wait for it: the update's time, its
-      self.learner.finish_update()    # own clock, not the publish's)
-    t0 = time.perf_counter()
+    t0, update_s = time.perf_counter(), self.learner.time_update
     self.param_store.publish(self.learner.model_info(host=self.param_store.host_params))
-    self.times["publish"] += time.perf_counter() - t0
+    # (a host copy first waits for the update in flight: update time, not the publish's too)
+    waited = self.learner.time_update - update_s
+    self.times["publish"] += time.perf_counter() - t0 - waited
 
   def stage_times(self) -> dict[str, float]:
     return {"ingest": self.times["ingest"], "sample": self.source.time_sample,

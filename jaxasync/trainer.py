@@ -62,10 +62,10 @@ def resume_from(model_dir, template, which: bool | str | os.PathLike = True) -> 
       continue
     return path, meta, state, source_state, actor_state
   where = model_dir if isinstance(which, bool) else which
-  if errors and mismatches == len(errors):  # (not damaged: another network, loss or env)
+  if mismatches:  # (a run's checkpoints share one structure: another network, loss or env)
     raise ConfigError(
         f"the checkpoints in {where} hold a learner state of another shape than these settings "
-        f"build ({errors[0]}): a run cannot continue with another network, loss or env. Give "
+        f"build ({next(e for e in errors if 'StateMismatch' in e)}): a run cannot continue with another network, loss or env. Give "
         "these settings a logdir of their own (the saved run is left as it is), or resume with "
         "the settings it was trained with.")
   tried = "; ".join(errors) if errors else "none found"

@@ -688,7 +688,8 @@ def run_matrix(jobs: list[Job], args: argparse.Namespace, git: dict) -> bool:
             + (f"; WARNING: it ran as {shlex.join(recorded)}" if differs else ""), flush=True)
       continue
     try:
-      status = execute(job, args.timeout or ROWS[job.row].timeout, git)
+      timeout = args.timeout if args.timeout is not None else ROWS[job.row].timeout
+      status = execute(job, timeout, git)
     except KeyboardInterrupt:
       print(f"\n{name}: interrupted; its run was stopped. Rerun with --resume to continue.",
             flush=True)

@@ -186,7 +186,8 @@ def test_a_host_copy_waits_for_the_update_and_counts_it_as_update_time():
   learner.model_info(host=True)
   waited = time.perf_counter() - t0
   assert learner.time_update >= 0.9 * waited > 0
-  assert dispatched < 0.5 * waited, (dispatched, waited)  # (else the case is not made)
+  # (XLA:CPU runs the fori_loop's products after the call returned: else the case is not made)
+  assert dispatched < 0.5 * waited, (dispatched, waited)
 
 
 def test_publishing_to_process_actors_counts_the_update_it_waits_for_once():
@@ -219,8 +220,7 @@ def test_publishing_to_process_actors_counts_the_update_it_waits_for_once():
   learner.step(OneBatch())
   ja.LearnerLoop.publish(loop)
   waited = time.perf_counter() - t0
-  # (model_info's own wait, now for a finished call, is inside the publish's clock: ~50 us)
-  assert learner.time_update + loop.times["publish"] <= waited + 1e-3
+  assert learner.time_update + loop.times["publish"] <= waited
   assert learner.time_update >= 0.8 * waited, (learner.time_update, waited)
   assert loop.param_store.info.version == learner.opt_steps
 

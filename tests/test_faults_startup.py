@@ -44,7 +44,7 @@ def test_a_ctrl_c_swallowed_while_the_run_is_built_stops_the_run_when_it_starts(
   a finalizer (as inside a garbage collector's callback), where Python only prints it; the
   remembered Ctrl-C stops the run at its start, saving, as the loop's first Ctrl-C does."""
   import jaxasync as ja
-  from jaxasync.ledger import record_early_interrupts
+  from jaxasync.ledger import early_interrupts_remembered
 
   class Finalized:
     def __del__(self):
@@ -55,18 +55,20 @@ def test_a_ctrl_c_swallowed_while_the_run_is_built_stops_the_run_when_it_starts(
   cartpole = ja.EnvFactory("CartPole-v1")
   obs_space, action_space = ja.envs.spaces_of(cartpole)
   previous = signal.getsignal(signal.SIGINT)
-  try:
-    record_early_interrupts()
+  agent = ja.DQN(ja.DQNConfig(hidden_sizes=(16,), batch_size=32,
+                              data=ja.ReplayConfig(warmup_period=64)), obs_space, action_space)
+  run = ja.RunConfig(max_opts=2000, eval_interval=0, progress=False)
+  with early_interrupts_remembered():
     Finalized()  # (freed at once: KeyboardInterrupt inside __del__, printed and ignored)
-    agent = ja.DQN(ja.DQNConfig(hidden_sizes=(16,), batch_size=32,
-                                data=ja.ReplayConfig(warmup_period=64)), obs_space, action_space)
-    run = ja.RunConfig(max_opts=2000, eval_interval=0, progress=False)
     summary = ja.Trainer(agent, cartpole, run, ja.ActorsConfig(mode="sync")).train()
-  finally:
-    signal.signal(signal.SIGINT, previous)
-  assert summary["interrupted"] is True
-  assert summary["opt_steps"] < 100, summary["opt_steps"]
-  # Consumed: the next run in this process is not stopped by it.
+    assert summary["interrupted"] is True
+    assert summary["opt_steps"] < 100, summary["opt_steps"]
+    # Consumed: the next run in this process is not stopped by it.
+    summary = ja.Trainer(agent, cartpole, dataclasses.replace(run, max_opts=50),
+                         ja.ActorsConfig(mode="sync")).train()
+    assert summary["interrupted"] is False and summary["opt_steps"] >= 50
+    Finalized()  # remembered again, then forgotten on the way out with the handler
+  assert signal.getsignal(signal.SIGINT) is previous
   summary = ja.Trainer(agent, cartpole, dataclasses.replace(run, max_opts=50),
                        ja.ActorsConfig(mode="sync")).train()
-  assert summary["interrupted"] is False and summary["opt_steps"] >= 50
+  assert summary["interrupted"] is False

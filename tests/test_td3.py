@@ -282,3 +282,17 @@ def test_experiment_learns_pendulum_in_sync(tmp_path):
   summary = pendulum_run_in_sync("experiments/td3.py", tmp_path / "run")
   evals = [round(e["eval_reward"]) for e in summary["evals"]]
   assert summary["best_eval_reward"] >= -250, evals
+
+
+def test_an_actor_state_pickled_under_its_old_name_still_loads():
+  """Lock-step checkpoints from before SAC shared it pickle ``td3.TD3ActorState``."""
+  import pickle
+
+  from jaxasync.agents.continuous import ExplorationState
+  state = ExplorationState(env_steps=40, steps_per_call=4, explore=True, random_steps=100)
+  # (protocol 0 names the class in newline-ended text: renamed by a byte replacement)
+  old = pickle.dumps(state, protocol=0).replace(b"jaxasync.agents.continuous",
+                                                b"jaxasync.agents.td3")
+  old = old.replace(b"ExplorationState", b"TD3ActorState")
+  assert b"TD3ActorState" in old
+  assert pickle.loads(old) == state

@@ -1,7 +1,8 @@
 """What the continuous-control agents (``agents/sac.py``, ``agents/td3.py``) share: the action
 Box's scaling, the space checks, their configs' shared fields (``ContinuousConfig``), the
-policies (squashed Gaussian, deterministic), the twin Q critic, and ``ContinuousAgent``: their
-construction and their ``k``-step update with delayed policy steps.
+policies (squashed Gaussian, deterministic), the twin Q critic, the actors' exploration state
+with its random warmup (``ExplorationState``), and ``ContinuousAgent``: their construction,
+their actor state and their ``k``-step update with delayed policy steps.
 
 Actions inside the networks are normalised to ``[-1, 1]^A``; ``scale_actions`` maps them to the
 action Box's own bounds (asymmetric ones too) on the way to the env and the replay,
