@@ -50,26 +50,27 @@ def resume_from(model_dir, template, which: bool | str | os.PathLike = True) -> 
     shutil.rmtree(stale, ignore_errors=True)
   candidates = ([Path(which)] if not isinstance(which, bool)
                 else resumable_checkpoints(model_dir))
-  errors, mismatches = [], 0
+  errors, mismatch = [], None  # (mismatch: the first StateMismatch's line among the errors)
   for path in candidates:
     try:
       state, meta, source_state, actor_state = load_checkpoint(path, template)
     except Exception as e:  # unreadable, truncated, mismatching: try the next older one
       errors.append(f"{path.name}: {type(e).__name__}: {e}")
-      mismatches += isinstance(e, StateMismatch)
+      if mismatch is None and isinstance(e, StateMismatch):
+        mismatch = errors[-1]
       logger.warning(f"checkpoint {path} cannot be resumed from ({type(e).__name__}: {e}); "
                      "trying an older one.")
       continue
     return path, meta, state, source_state, actor_state
   where = model_dir if isinstance(which, bool) else which
-  if mismatches:  # (a run's checkpoints share one structure: another network, loss or env)
+  if mismatch is not None:  # (a run's checkpoints share one structure: another network...)
     raise ConfigError(
         f"the checkpoints in {where} hold a learner state of another shape than these settings "
-        f"build ({next(e for e in errors if 'StateMismatch' in e)}): a run cannot continue with another network, loss or env. Give "
+        f"build ({mismatch}): a run cannot continue with another network, loss or env. Give "
         "these settings a logdir of their own (the saved run is left as it is), or resume with "
         "the settings it was trained with.")
   tried = "; ".join(errors) if errors else "none found"
-  raise ConfigError(f"nothing to resume in {model_dir if isinstance(which, bool) else which} "
+  raise ConfigError(f"nothing to resume in {where} "
                     f"({tried}). Start the run without resuming (or with overwrite=True), or name "
                     "a checkpoint directory (resume_from).")
 
