@@ -22,9 +22,10 @@ from jaxasync.recorder import Recorder
 
 # The learning-health figures summary.json's ``health`` series keeps from each record (those
 # present: an agent records its own). Where each comes from: the replay source
-# (``replay_terminal_fraction``, ``q_bound``, ``q_floor``), the agents' update metrics (the rest).
+# (``replay_terminal_fraction``, ``q_bound``, ``q_floor``), the agents' update metrics (the rest;
+# ``target_clipped``: DQN's fraction of targets clipped at its value bound).
 HEALTH_KEYS = ("q_mean", "q_max", "q_bound", "q_floor", "action_gap", "replay_terminal_fraction",
-               "grad_norm", "critic_grad_norm", "actor_grad_norm", "entropy")
+               "target_clipped", "grad_norm", "critic_grad_norm", "actor_grad_norm", "entropy")
 # q_max counts as over q_bound beyond the margin ``REL * scale + ABS``, ``scale`` the size of
 # the values the replay spans, ``max(|q_bound|, |q_floor|)`` (``|q_bound|`` when all are >= 0).
 # A value learned by regression misses its target by a fit error that grows with that scale:

@@ -232,6 +232,7 @@ HEALTH_PANELS = (
     ("Q-values and the replay's return bound", ("q_max", "q_mean"), "q_bound"),
     ("action gap (median)", ("action_gap",), None),
     ("terminal fraction of the replay", ("replay_terminal_fraction",), None),
+    ("targets clipped at the value bound (fraction)", ("target_clipped",), None),
     ("gradient norm", ("grad_norm", "critic_grad_norm", "actor_grad_norm"), None),
     ("policy entropy", ("entropy",), None),
 )

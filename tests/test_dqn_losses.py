@@ -1,6 +1,7 @@
 """DQN's loss objects (jaxasync.agents.dqn_losses) on tiny hand-computed batches, and the
 command line's loss and target-update subcommands (parsed only)."""
 
+import jax
 import numpy as np
 import pytest
 import tyro
@@ -9,7 +10,7 @@ import jaxasync as ja
 from jaxasync import (Categorical, ConfigError, HardCopy, Munchausen, Polyak, QLearning,
                       Transition)
 from jaxasync import experiment
-from jaxasync.agents.dqn_losses import QOutputs
+from jaxasync.agents.dqn_losses import QOutputs, value_bound
 from jaxasync.train import dqn as train_dqn
 from jaxasync.train import rainbow as train_rainbow
 
@@ -70,6 +71,58 @@ def test_munchausen_by_hand():
   y = 0.5 + 0.9 * -0.313262 + 0.9 * 2.126928
   np.testing.assert_allclose(terms.priority, [y - 1.0], rtol=1e-5)
   np.testing.assert_allclose(terms.per_item, [y - 1.0 - 0.5], rtol=1e-5)  # Huber, |td| > 1
+
+
+def test_value_bound_by_hand():
+  # Items: a 5-step CartPole segment (reward sum_{k<5} .99^k, discount .99^5: the value of
+  # 1 per step forever, 100), a terminal one (discount 0: its reward), an undiscounted one.
+  r5, d5 = sum(0.99 ** k for k in range(5)), 0.99 ** 5
+  reward = np.array([r5, 1.0, 2.0], np.float32)
+  discount = np.array([d5, 0.0, 1.0], np.float32)
+  np.testing.assert_allclose(value_bound(reward, discount), [100.0, 1.0, np.inf], rtol=1e-4)
+  # A soft value adds at most tau * log(A) per bootstrap: (r5 + d5 * .03 log 2) / (1 - d5).
+  bonus = 0.03 * np.log(2.0)
+  np.testing.assert_allclose(value_bound(reward, discount, bonus)[:2],
+                             [100.0 + d5 * bonus / (1 - d5), 1.0], rtol=1e-4)
+  assert Munchausen(temperature=0.03).bonus_per_bootstrap(2) == pytest.approx(bonus)
+  assert QLearning().bonus_per_bootstrap(2) == 0.0
+  assert QLearning(bound_targets=False).segment_bound(BATCH, 2) is None
+  assert Categorical().segment_bound(BATCH, 2) is None
+
+
+def test_targets_above_the_value_bound_are_clipped_to_it():
+  # Double Q as in test_double_q_learning_by_hand: y = [2.5, -.1], Q(s, a) = [2, 3].
+  # Clipped at 1: y = [1, -.1]; td = [-1, -3.1]; Huber: [.5, 2.6]; half the targets clipped.
+  terms = QLearning()(QOutputs(ONLINE_TM1, ONLINE_T, TARGET_T), BATCH, np.float32(1.0))
+  np.testing.assert_allclose(terms.per_item, [0.5, 2.6], rtol=1e-6)
+  np.testing.assert_allclose(terms.priority, [1.0, 3.1], rtol=1e-6)
+  np.testing.assert_allclose(terms.target_clipped, 0.5)
+  unclipped = QLearning()(QOutputs(ONLINE_TM1, ONLINE_T, TARGET_T), BATCH)
+  np.testing.assert_allclose(unclipped.per_item, [0.125, 2.6], rtol=1e-6)
+  np.testing.assert_allclose(unclipped.target_clipped, 0.0)
+
+
+def test_the_agent_keeps_the_running_maximum_of_the_sampled_bounds():
+  import gymnasium as gym
+  obs_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+  agent = ja.DQN(ja.DQNConfig(hidden_sizes=(8,), batch_size=2), obs_space,
+                 gym.spaces.Discrete(2))
+  state = agent.init(jax.random.PRNGKey(0))
+  assert float(state.value_bound) == -np.inf
+
+  def batch(reward, discount):  # [k=1, B=2]
+    return Transition(obs=np.zeros((1, 2, 3), np.float32), action=np.zeros((1, 2), np.int32),
+                      reward=np.array([reward], np.float32),
+                      discount=np.array([discount], np.float32),
+                      next_obs=np.zeros((1, 2, 3), np.float32))
+  bonus = agent.config.loss.bonus_per_bootstrap(2)  # 0 for Q-learning, DQNConfig's default
+  state, metrics, _ = agent.update(state, batch([1.0, 0.5], [0.5, 0.0]))
+  np.testing.assert_allclose(state.value_bound, (1.0 + 0.5 * bonus) / 0.5, rtol=1e-5)
+  state, _, _ = agent.update(state, batch([0.2, 0.1], [0.0, 0.0]))  # smaller: kept
+  np.testing.assert_allclose(state.value_bound, (1.0 + 0.5 * bonus) / 0.5, rtol=1e-5)
+  state, _, _ = agent.update(state, batch([3.0, 0.0], [0.0, 0.0]))  # larger: taken
+  np.testing.assert_allclose(state.value_bound, 3.0, rtol=1e-6)
+  assert 0.0 <= float(metrics["target_clipped"]) <= 1.0
 
 
 def test_categorical_by_hand():

@@ -288,8 +288,9 @@ def test_plot_health_draws_the_run(short_run, tmp_path):
                          labels=["dir", "file", "dict"])
   assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 10_000
   axes = np.asarray(fig.axes).reshape(-1, 3)  # (rows, runs)
-  # Eval returns, then Q, action gap, terminal fraction, grad norm (no entropy for DQN).
-  assert axes.shape[0] == 5
+  # Eval returns, then Q, action gap, terminal fraction, targets clipped, grad norm (no
+  # entropy for DQN).
+  assert axes.shape[0] == 6
   q_axis = axes[1, 0]
   lines = {line.get_label(): line for line in q_axis.lines}
   assert set(lines) == {"q_max", "q_mean", "q_bound", "+ margin"}

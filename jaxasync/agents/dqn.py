@@ -170,10 +170,14 @@ def rainbow_config(v_min: float, v_max: float, data: ReplayConfig | None = None,
 @flax.struct.dataclass
 class DQNState(LearnerState):
   """The learner's state: ``LearnerState``'s params, opt_state, opt_steps (SGD steps) and key
-  (the update's noise, noisy nets: split per SGD step), and the target network's params; a
-  pytree (checkpointed leaf by leaf, keyed by field name, so their order is free)."""
+  (the update's noise, noisy nets: split per SGD step), the target network's params, and
+  ``value_bound``: float32 scalar, the largest value any sampled item's segment supports so far
+  (``dqn_losses.value_bound``; ``-inf`` before the first SGD step and for a loss that bounds
+  nothing), at which the targets are clipped; a pytree (checkpointed leaf by leaf,
+  keyed by field name, so their order is free)."""
 
   target_params: PyTree
+  value_bound: jnp.ndarray
 
 
 def learning_rate_schedule(config: DQNConfig) -> optax.ScalarOrSchedule:
@@ -240,7 +244,8 @@ class DQN(EpsilonGreedyActing, Agent):
     params = self.network.init(key, obs, True)  # deterministic (positional: nn.vmap drops kwargs)
     return DQNState(params=params, target_params=jax.tree.map(jnp.copy, params),
                     opt_state=self.optimizer.init(params), opt_steps=jnp.zeros((), jnp.int32),
-                    key=key_data(jax.random.fold_in(key, 1)))
+                    key=key_data(jax.random.fold_in(key, 1)),
+                    value_bound=jnp.full((), -jnp.inf, jnp.float32))
 
   @staticmethod
   def policy_params(state: DQNState) -> PyTree:
@@ -312,14 +317,16 @@ class DQN(EpsilonGreedyActing, Agent):
 
   # --- learning ------------------------------------------------------------
   def loss(self, params: PyTree, target_params: PyTree, batch: Transition,
-           weights: jnp.ndarray, key: chex.PRNGKey | None = None
+           weights: jnp.ndarray, key: chex.PRNGKey | None = None,
+           value_bound: jnp.ndarray | None = None
            ) -> tuple[jnp.ndarray, tuple[jnp.ndarray, dict]]:
     """Importance-weighted loss over a batch ``[B]``; aux: per-item priorities ``[B]`` and metrics.
 
     Runs the forward passes ``config.loss`` reads (``QOutputs``) and weights its per-item
-    losses. Noisy nets: ``key`` is split into independent noise for online(obs),
-    online(next_obs) and target(next_obs) (Munchausen's target(obs) shares the target's);
-    ``None`` uses the mean networks.
+    losses, the targets clipped at ``value_bound`` (a scalar; None: not clipped). Noisy nets:
+    ``key`` is split into independent noise for online(obs), online(next_obs) and
+    target(next_obs) (Munchausen's target(obs) shares the target's); ``None`` uses the mean
+    networks.
     """
     c, loss_fn = self.config, self.config.loss
     k_tm1 = k_t = k_target = None
@@ -332,11 +339,13 @@ class DQN(EpsilonGreedyActing, Agent):
     # Double Q: the online network selects the bootstrap action; else the target network.
     selector_t = (jax.lax.stop_gradient(self.apply(params, batch.next_obs, k_t))
                   if loss_fn.double_q else target_t)
-    terms = loss_fn(QOutputs(online_tm1, selector_t, target_t, target_tm1, self.support), batch)
+    terms = loss_fn(QOutputs(online_tm1, selector_t, target_t, target_tm1, self.support), batch,
+                    value_bound)
     loss = jnp.mean(weights * terms.per_item)
     q_tm1 = jax.lax.stop_gradient(loss_fn.expected_q(online_tm1, self.support))
     return loss, (jax.lax.stop_gradient(terms.priority), {
-        "loss": loss, "q_mean": terms.q_mean, **greedy_q_metrics(q_tm1)})
+        "loss": loss, "q_mean": terms.q_mean, "target_clipped": terms.target_clipped,
+        **greedy_q_metrics(q_tm1)})
 
   def _forward_pair(self, params: PyTree, obs_a: jnp.ndarray, obs_b: jnp.ndarray,
                     key_a: chex.PRNGKey | None, key_b: chex.PRNGKey | None, both: bool
@@ -364,8 +373,14 @@ class DQN(EpsilonGreedyActing, Agent):
     key, noise_key = state.key, None
     if c.noisy:
       key, noise_key = jax.random.split(state.key)
+    # The bound grows with every batch's segments: every stored item is sampled many times
+    # over, so it soon is the replay's own maximum (the items' order does not matter).
+    segment_bound = c.loss.segment_bound(batch, self.num_actions)
+    bound = (state.value_bound if segment_bound is None
+             else jnp.maximum(state.value_bound, jnp.max(segment_bound)))
     grads, (priority, metrics) = jax.grad(self.loss, has_aux=True)(
-        state.params, state.target_params, batch, weights, noise_key)
+        state.params, state.target_params, batch, weights, noise_key,
+        None if segment_bound is None else bound)
     updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     opt_steps = state.opt_steps + 1
@@ -374,7 +389,7 @@ class DQN(EpsilonGreedyActing, Agent):
     if c.noisy:
       metrics["noise_sigma_mean"] = _mean_abs_sigma(params)
     return DQNState(params=params, target_params=target, opt_state=opt_state,
-                    opt_steps=opt_steps, key=key), (priority, metrics)
+                    opt_steps=opt_steps, key=key, value_bound=bound), (priority, metrics)
 
   def update(self, state: DQNState, batch: Transition, weights: jnp.ndarray | None = None
              ) -> tuple[DQNState, dict, jnp.ndarray]:

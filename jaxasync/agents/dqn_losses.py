@@ -17,14 +17,18 @@ Every loss object offers the same members, which the agent asks instead of probi
   * ``validate()``; ``support()``: the atoms' returns ``[Z]`` of a categorical head (None for
     an expected-Q one), which the agent computes once and passes back;
   * ``expected_q(out, support)``: a head's output -> expected Q-values ``[B, A]``;
-  * calling it, ``loss(outputs, batch)``: per-item loss, priority and mean Q of a batch
-    (``LossTerms``), from the forward passes the agent ran (``QOutputs``).
+  * ``segment_bound(batch, num_actions)``: per item ``[B]``, the largest value the item's
+    segment supports (``value_bound``), or None for a loss whose targets need no bound;
+  * calling it, ``loss(outputs, batch, value_bound)``: per-item loss, priority and mean Q of a
+    batch (``LossTerms``), from the forward passes the agent ran (``QOutputs``), the target
+    clipped at ``value_bound`` (a scalar, or None: no clip).
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
+import math
 from typing import ClassVar, NamedTuple
 
 import chex
@@ -66,11 +70,14 @@ class LossTerms(NamedTuple):
     per_item: the loss of each transition ``[B]``, before importance weights.
     priority: each transition's new replay priority ``[B]`` (no gradient needed).
     q_mean: the mean expected Q-value at ``obs`` (a scalar metric).
+    target_clipped: the fraction of the batch's targets above the value bound, clipped to
+      it (a scalar metric; 0 without a bound).
   """
 
   per_item: jnp.ndarray
   priority: jnp.ndarray
   q_mean: jnp.ndarray
+  target_clipped: jnp.ndarray
 
 
 def _check_outputs(out: QOutputs, batch: Transition, rank: int, batch_axis: int) -> None:
@@ -114,6 +121,28 @@ def munchausen_target(q_target_tm1: jnp.ndarray, a_tm1: jnp.ndarray, r_t: jnp.nd
   return jax.lax.stop_gradient(r_t + bonus + discount_t * soft_value_t)
 
 
+def value_bound(reward: jnp.ndarray, discount: jnp.ndarray,
+                bonus_per_bootstrap: float = 0.0) -> jnp.ndarray:
+  """The largest value each n-step item's segment supports, ``[B]``:
+  ``(r + discount * bonus) / (1 - discount)``, the value of the segment repeated forever
+  (``bonus``: what a soft value adds at each bootstrap, e.g. Munchausen's entropy term at most
+  ``tau * log(A)``); ``+inf`` where ``discount >= 1`` (an undiscounted task has no bound).
+
+  The maximum over a replay's items bounds every Q-value the Bellman operator on that data can
+  reach: a target above it is an overestimate by construction (the replay's ``q_bound``
+  health figure is the same maximum with no bonus).
+
+  Args:
+    reward: the items' n-step rewards ``[B]``.
+    discount: their bootstrap discounts ``[B]`` (0 at termination).
+    bonus_per_bootstrap: the soft value's largest addition per bootstrap (>= 0).
+  """
+  chex.assert_equal_shape([reward, discount])
+  bounded = discount < 1
+  safe = jnp.where(bounded, 1.0 - discount, 1.0)
+  return jnp.where(bounded, (reward + discount * bonus_per_bootstrap) / safe, jnp.inf)
+
+
 @dataclasses.dataclass(frozen=True)
 class ExpectedQLoss(abc.ABC):
   """What the expected-Q losses share: a Huber regression of Q(obs, action) on a target that
@@ -129,11 +158,15 @@ class ExpectedQLoss(abc.ABC):
       weights the soft value); off: the target network both selects and values it.
     num_q_networks: independently initialised Q-networks whose minimum is the Q-value.
     huber_delta: the Huber loss's threshold between its quadratic and linear parts.
+    bound_targets: clip each target at the largest value the sampled data supports (the
+      running maximum of ``segment_bound`` over every batch so far, kept in the learner's
+      state): no Q-value is regressed above what returns can be.
   """
 
   double_q: bool = True
   num_q_networks: int = 1
   huber_delta: float = 1.0
+  bound_targets: bool = True
 
   num_atoms: ClassVar[int] = 1  # one expected value per action
   needs_target_at_obs: ClassVar[bool] = False
@@ -157,8 +190,22 @@ class ExpectedQLoss(abc.ABC):
   def target(self, out: QOutputs, batch: Transition) -> jnp.ndarray:
     """The regression target ``y`` ``[B]``."""
 
-  def __call__(self, out: QOutputs, batch: Transition) -> LossTerms:
-    """The loss of outputs ``[B, A]`` (``[N, B, A]`` for an ensemble) on a batch ``[B]``.
+  def bonus_per_bootstrap(self, num_actions: int) -> float:
+    """The most a bootstrapped value adds to the Q-values it is made of (0: a max or a
+    greedy action's value)."""
+    return 0.0
+
+  def segment_bound(self, batch: Transition, num_actions: int) -> jnp.ndarray | None:
+    """Per item ``[B]``, the largest value its segment supports (``value_bound``); None
+    when ``bound_targets`` is off."""
+    if not self.bound_targets:
+      return None
+    return value_bound(batch.reward, batch.discount, self.bonus_per_bootstrap(num_actions))
+
+  def __call__(self, out: QOutputs, batch: Transition,
+               value_bound: jnp.ndarray | None = None) -> LossTerms:
+    """The loss of outputs ``[B, A]`` (``[N, B, A]`` for an ensemble) on a batch ``[B]``,
+    the target clipped at ``value_bound`` (a scalar; None: not clipped).
 
     Per item: the Huber losses of the ``N`` networks' TD errors, summed over the networks (so
     each network's gradient is the one it would get alone; the global-norm clip then acts on
@@ -167,13 +214,19 @@ class ExpectedQLoss(abc.ABC):
     ensemble = self.num_q_networks > 1
     _check_outputs(out, batch, rank=3 if ensemble else 2, batch_axis=1 if ensemble else 0)
     y = self.target(out, batch)
+    clipped = jnp.zeros((), jnp.float32)
+    if value_bound is not None:
+      chex.assert_rank(value_bound, 0)
+      clipped = jnp.mean((y > value_bound).astype(jnp.float32))
+      y = jnp.minimum(y, value_bound)
     q_tm1 = out.online_tm1 if ensemble else out.online_tm1[None]  # [N, B, A]
     action = batch.action.astype(jnp.int32)
     q_a = jnp.take_along_axis(q_tm1, action[None, :, None], -1)[..., 0]  # [N, B]
     td = jax.lax.stop_gradient(y)[None] - q_a
     return LossTerms(per_item=jnp.sum(rlax.huber_loss(td, self.huber_delta), axis=0),
                      priority=jnp.mean(jnp.abs(td), axis=0),
-                     q_mean=jnp.mean(self.expected_q(out.online_tm1)))
+                     q_mean=jnp.mean(self.expected_q(out.online_tm1)),
+                     target_clipped=clipped)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,6 +239,8 @@ class QLearning(ExpectedQLoss):
       it; off: the target network's maximum.
     num_q_networks: Q-networks whose minimum is the Q-value (Maxmin Q-learning); 1: one.
     huber_delta: the Huber loss's threshold between its quadratic and linear parts.
+    bound_targets: clip each target at the largest value the sampled data supports
+      (``value_bound``'s running maximum).
   """
 
   def target(self, out: QOutputs, batch: Transition) -> jnp.ndarray:
@@ -209,6 +264,8 @@ class Munchausen(ExpectedQLoss):
       values it; off: the target network's own policy, as in the paper.
     num_q_networks: Q-networks whose minimum is the Q-value (Maxmin Q-learning); 1: one.
     huber_delta: the Huber loss's threshold between its quadratic and linear parts.
+    bound_targets: clip each target at the largest value the sampled data supports
+      (``value_bound``'s running maximum, the soft value's entropy term included).
     alpha: scale of the log-policy bonus (0.9 in the paper).
     temperature: the softmax temperature tau, in return units (0.03 in the paper).
     clip: lower clip (< 0) of temperature * log pi (-1 in the paper).
@@ -226,6 +283,11 @@ class Munchausen(ExpectedQLoss):
       raise ConfigError(
           f"Munchausen temperature={self.temperature}, alpha={self.alpha}, clip={self.clip}: "
           "need temperature > 0, 0 <= alpha <= 1 and clip < 0 (the paper's: 0.03, 0.9, -1).")
+
+  def bonus_per_bootstrap(self, num_actions: int) -> float:
+    """The soft value's entropy term, at most ``temperature * log(num_actions)`` (the bonus
+    on the taken action is <= 0)."""
+    return self.temperature * math.log(num_actions)
 
   def target(self, out: QOutputs, batch: Transition) -> jnp.ndarray:
     """``munchausen_target`` of each item ``[B]``: the target network's soft policy at
@@ -277,8 +339,14 @@ class Categorical:
     ``support`` ``[Z]``."""
     return jnp.sum(jax.nn.softmax(logits, axis=-1) * support, axis=-1)
 
-  def __call__(self, out: QOutputs, batch: Transition) -> LossTerms:
-    """The loss of logits ``[B, A, Z]`` on a batch ``[B]``: per item, the cross-entropy of
+  def segment_bound(self, batch: Transition, num_actions: int) -> None:
+    """None: the support ``[v_min, v_max]`` already bounds the targets."""
+    return None
+
+  def __call__(self, out: QOutputs, batch: Transition,
+               value_bound: jnp.ndarray | None = None) -> LossTerms:
+    """The loss of logits ``[B, A, Z]`` on a batch ``[B]`` (``value_bound`` must be None:
+    the support bounds the target): per item, the cross-entropy of
     the online distribution at the action to the target distribution at the bootstrap action,
     its atoms shifted to ``r + discount * z`` and projected back onto the support
     (``rlax.categorical_double_q_learning``); the priority is that cross-entropy (Hessel et
@@ -291,7 +359,8 @@ class Categorical:
         atoms, out.online_tm1, batch.action.astype(jnp.int32), batch.reward, batch.discount,
         atoms, out.target_t, q_select)
     return LossTerms(per_item=per_item, priority=per_item,
-                     q_mean=jnp.mean(self.expected_q(out.online_tm1, out.support)))
+                     q_mean=jnp.mean(self.expected_q(out.online_tm1, out.support)),
+                     target_clipped=jnp.zeros((), jnp.float32))
 
 
 # The field's type: one of these, each a subcommand on the command line (agent.loss:munchausen).

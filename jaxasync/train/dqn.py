@@ -72,7 +72,8 @@ def minatar_preset() -> Args:
   sticky actions 0.1 (``MinAtarEnvFactory``).
   """
   agent = ja.DQNConfig(
-      loss=ja.QLearning(double_q=False), target_update=ja.HardCopy(period=250),
+      loss=ja.QLearning(double_q=False, bound_targets=False),  # as published: no clip
+      target_update=ja.HardCopy(period=250),
       hidden_sizes=(128,), learning_rate=2.5e-4, adam_eps=3.125e-4, max_grad_norm=0.0,
       batch_size=32, eps_start=1.0, eps_end=0.01, eps_decay_steps=250_000, eval_epsilon=0.001,
       data=ja.ReplayConfig(replay_capacity=100_000, warmup_period=1_000, n_step=1, gamma=0.99,
