@@ -197,15 +197,21 @@ class StateMismatch(ValueError):
 def restore_checkpoint(directory: str | os.PathLike, template: PyTree) -> tuple[PyTree, dict]:
   """Reads a checkpoint into the structure of ``template``; returns ``(state, meta)``.
 
-  Raises ``StateMismatch`` naming the first leaf whose path, shape or dtype differs.
+  A leaf the template's class lists in ``leaves_added_later`` (paths, e.g. ``".value_bound"``)
+  and the checkpoint lacks (one saved before the field existed) keeps the template's value.
+  Raises ``StateMismatch`` naming the first other leaf whose path, shape or dtype differs.
   """
   directory = Path(directory)
   payload = serialization.msgpack_restore((directory / "state.msgpack").read_bytes())
   stored = payload["arrays"]
+  added_later = getattr(template, "leaves_added_later", ())
   paths_leaves, treedef = jax.tree_util.tree_flatten_with_path(template)
   leaves = []
   for path, like in paths_leaves:
     key = jax.tree_util.keystr(path)
+    if key not in stored and key in added_later:
+      leaves.append(np.asarray(like))
+      continue
     if key not in stored:
       raise StateMismatch(f"checkpoint {directory} has no leaf {key}; was it saved from another config?")
     x, like = np.asarray(stored[key]), np.asarray(like)

@@ -166,3 +166,31 @@ def test_restore_with_a_missing_leaf_or_other_dtype_raises(tmp_path):
     restore_checkpoint(tmp_path / "ckpt", {"a": np.zeros(3, np.float32), "b": np.zeros(1)})
   with pytest.raises(ValueError, match=r"leaf \['a'\] is \(3,\) float32, expected \(3,\) int32"):
     restore_checkpoint(tmp_path / "ckpt", {"a": np.zeros(3, np.int32)})
+
+
+def test_a_dqn_checkpoint_saved_before_the_value_bound_loads_with_minus_infinity(tmp_path):
+  # A bounded agent's state, saved as a checkpoint of the code before DQNState.value_bound
+  # (its arrays without that key) would have been.
+  from flax import serialization
+  from jaxasync import QLearning
+  agent = DQN(DQNConfig(hidden_sizes=(8,), loss=QLearning(bound_targets=True)), BOX4,
+              gym.spaces.Discrete(2))
+  state = _trained_state(agent)
+  assert np.isfinite(state.value_bound)  # (0.99-discounted normal rewards: a finite bound)
+  save_checkpoint(tmp_path / "ckpt", state, {"opt_steps": 2})
+  path = tmp_path / "ckpt" / "state.msgpack"
+  payload = serialization.msgpack_restore(path.read_bytes())
+  del payload["arrays"][".value_bound"]
+  path.write_bytes(serialization.msgpack_serialize(payload))
+  restored, _ = restore_checkpoint(tmp_path / "ckpt", agent.init(jax.random.PRNGKey(1)))
+  assert float(restored.value_bound) == -np.inf
+  chex.assert_trees_all_equal(restored.params, state.params)
+  chex.assert_trees_all_equal(restored.opt_state, state.opt_state)
+  # The next update call takes the bound up again from its batch.
+  new, _, _ = agent.update(restored, _batch(np.random.default_rng(5)), None)
+  assert np.isfinite(float(new.value_bound))
+  # Another missing leaf is still an error.
+  del payload["arrays"][".opt_steps"]
+  path.write_bytes(serialization.msgpack_serialize(payload))
+  with pytest.raises(ValueError, match=r"has no leaf \.opt_steps"):
+    restore_checkpoint(tmp_path / "ckpt", agent.init(jax.random.PRNGKey(1)))

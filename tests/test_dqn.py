@@ -348,7 +348,7 @@ def test_update_with_k_stacked_batches():
   new, metrics, priority = agent.update(state, batch, None)
   assert int(new.opt_steps) == 3
   chex.assert_shape(priority, (3, 8))
-  assert set(metrics) == {"loss", "q_mean", "grad_norm", "action_gap", "q_max", "target_clipped"}
+  assert set(metrics) == {"loss", "q_mean", "grad_norm", "action_gap", "q_max"}
   chex.assert_tree_shape_prefix(metrics, ())
   assert all(np.isfinite(float(v)) for v in metrics.values())
   changed = jax.tree.map(lambda a, b: not np.allclose(a, b), before.params, _host(new.params))

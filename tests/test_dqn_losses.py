@@ -2,6 +2,7 @@
 command line's loss and target-update subcommands (parsed only)."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import tyro
@@ -86,7 +87,7 @@ def test_value_bound_by_hand():
                              [100.0 + d5 * bonus / (1 - d5), 1.0], rtol=1e-4)
   assert Munchausen(temperature=0.03).bonus_per_bootstrap(2) == pytest.approx(bonus)
   assert QLearning().bonus_per_bootstrap(2) == 0.0
-  assert QLearning(bound_targets=False).segment_bound(BATCH, 2) is None
+  assert QLearning().segment_bound(BATCH, 2) is None  # bound_targets is off by default
   assert Categorical().segment_bound(BATCH, 2) is None
 
 
@@ -99,30 +100,69 @@ def test_targets_above_the_value_bound_are_clipped_to_it():
   np.testing.assert_allclose(terms.target_clipped, 0.5)
   unclipped = QLearning()(QOutputs(ONLINE_TM1, ONLINE_T, TARGET_T), BATCH)
   np.testing.assert_allclose(unclipped.per_item, [0.125, 2.6], rtol=1e-6)
-  np.testing.assert_allclose(unclipped.target_clipped, 0.0)
+  assert unclipped.target_clipped is None
 
 
-def test_the_agent_keeps_the_running_maximum_of_the_sampled_bounds():
+def _tiny_agent(loss):
   import gymnasium as gym
-  obs_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
-  agent = ja.DQN(ja.DQNConfig(hidden_sizes=(8,), batch_size=2), obs_space,
-                 gym.spaces.Discrete(2))
+  return ja.DQN(ja.DQNConfig(hidden_sizes=(8,), batch_size=2, loss=loss),
+                gym.spaces.Box(-1.0, 1.0, (3,), np.float32), gym.spaces.Discrete(2))
+
+
+def _stacked(reward, discount):
+  """One update call's batch ``[k=1, B=2]`` of zero observations, action 0."""
+  return Transition(obs=np.zeros((1, 2, 3), np.float32), action=np.zeros((1, 2), np.int32),
+                    reward=np.array([reward], np.float32),
+                    discount=np.array([discount], np.float32),
+                    next_obs=np.zeros((1, 2, 3), np.float32))
+
+
+@pytest.mark.parametrize("loss", [QLearning(bound_targets=True),
+                                  Munchausen(bound_targets=True),
+                                  QLearning(num_q_networks=2, bound_targets=True)])
+def test_the_agent_keeps_the_running_maximum_of_the_sampled_bounds(loss):
+  agent = _tiny_agent(loss)
   state = agent.init(jax.random.PRNGKey(0))
   assert float(state.value_bound) == -np.inf
-
-  def batch(reward, discount):  # [k=1, B=2]
-    return Transition(obs=np.zeros((1, 2, 3), np.float32), action=np.zeros((1, 2), np.int32),
-                      reward=np.array([reward], np.float32),
-                      discount=np.array([discount], np.float32),
-                      next_obs=np.zeros((1, 2, 3), np.float32))
-  bonus = agent.config.loss.bonus_per_bootstrap(2)  # 0 for Q-learning, DQNConfig's default
-  state, metrics, _ = agent.update(state, batch([1.0, 0.5], [0.5, 0.0]))
+  bonus = loss.bonus_per_bootstrap(2)  # 0 for Q-learning, .03 log 2 for Munchausen
+  state, metrics, _ = agent.update(state, _stacked([1.0, 0.5], [0.5, 0.0]))
   np.testing.assert_allclose(state.value_bound, (1.0 + 0.5 * bonus) / 0.5, rtol=1e-5)
-  state, _, _ = agent.update(state, batch([0.2, 0.1], [0.0, 0.0]))  # smaller: kept
+  assert "target_clipped" in metrics
+  state, _, _ = agent.update(state, _stacked([0.2, 0.1], [0.0, 0.0]))  # smaller: kept
   np.testing.assert_allclose(state.value_bound, (1.0 + 0.5 * bonus) / 0.5, rtol=1e-5)
-  state, _, _ = agent.update(state, batch([3.0, 0.0], [0.0, 0.0]))  # larger: taken
+  state, _, _ = agent.update(state, _stacked([3.0, 0.0], [0.0, 0.0]))  # larger: taken
   np.testing.assert_allclose(state.value_bound, 3.0, rtol=1e-6)
-  assert 0.0 <= float(metrics["target_clipped"]) <= 1.0
+
+
+def test_the_agent_regresses_on_the_clipped_targets():
+  # Target params that value every state at 50: an item with reward 1 and discount .5 has
+  # the target 1 + .5 * 50 = 26 but supports at most 1 / (1 - .5) = 2; terminal items with
+  # reward 0 have the target 0. With the bound, the first is regressed on 2: its TD error
+  # (the priority) is 2 - Q(s, a).
+  agent = _tiny_agent(QLearning(bound_targets=True))
+  state = agent.init(jax.random.PRNGKey(0))
+  head = state.target_params["params"]["Dense_0"]  # the Q head
+  target_params = {"params": {**state.target_params["params"],
+                              "Dense_0": {"kernel": jnp.zeros_like(head["kernel"]),
+                                          "bias": jnp.full_like(head["bias"], 50.0)}}}
+  state = state.replace(target_params=target_params)
+  q_sa = float(agent.q_values(state.params, np.zeros((1, 3), np.float32))[0, 0])
+  batch = _stacked([1.0, 0.0], [0.5, 0.0])
+  _, metrics, priority = agent.update(jax.tree.map(jnp.copy, state), batch)  # (donated)
+  np.testing.assert_allclose(priority[0], [abs(2.0 - q_sa), abs(0.0 - q_sa)], rtol=1e-4)
+  np.testing.assert_allclose(metrics["target_clipped"], 0.5)
+  unbounded = _tiny_agent(QLearning())
+  _, metrics, priority = unbounded.update(state, batch)
+  np.testing.assert_allclose(priority[0], [abs(26.0 - q_sa), abs(0.0 - q_sa)], rtol=1e-4)
+  assert "target_clipped" not in metrics
+
+
+def test_without_a_bound_the_state_keeps_minus_infinity():
+  for loss in (QLearning(), Categorical(v_min=-5.0, v_max=5.0)):
+    agent = _tiny_agent(loss)
+    state, metrics, _ = agent.update(agent.init(jax.random.PRNGKey(0)),
+                                     _stacked([1.0, 0.5], [0.5, 0.0]))
+    assert float(state.value_bound) == -np.inf and "target_clipped" not in metrics
 
 
 def test_categorical_by_hand():
@@ -175,7 +215,9 @@ def test_dqn_loss_subcommands_parse():
   assert args.agent.loss == QLearning(double_q=False, num_q_networks=2)
   args = tyro.cli(train_dqn.Args, args=["--agent.n-step", "3", "agent.loss:munchausen",
                                         "--agent.loss.alpha", "0.5"])
-  assert args.agent.loss == Munchausen(alpha=0.5) and args.agent.data.n_step == 3
+  # (the preset's own loss, so its other settings stay: the bound is on)
+  assert args.agent.loss == Munchausen(alpha=0.5, bound_targets=True)
+  assert args.agent.data.n_step == 3
   args = tyro.cli(train_dqn.Args, args=["agent.loss:categorical", "--agent.loss.v-min", "0",
                                         "--agent.loss.v-max", "100"])
   assert args.agent.loss == Categorical(v_min=0.0, v_max=100.0)

@@ -249,6 +249,7 @@ def short_run(tmp_path_factory):
   model_dir = tmp_path_factory.mktemp("health_run")
   env = ja.EnvFactory("CartPole-v1")
   agent = ja.DQN(ja.DQNConfig(hidden_sizes=(32,), batch_size=32,
+                              loss=ja.QLearning(bound_targets=True),
                               data=ja.ReplayConfig(warmup_period=200, replay_capacity=10_000)),
                  *ja.envs.spaces_of(env), env_id="CartPole-v1")
   recorder = ja.MemoryRecorder()
@@ -267,7 +268,8 @@ def test_short_run_records_the_health_series(short_run):
   assert [h["opt_steps"] for h in health] == [52, 100, 152, 200]  # (4 SGD steps per call)
   for h in health:
     assert {"opt_steps", "env_steps", "q_mean", "q_max", "q_bound", "action_gap",
-            "replay_terminal_fraction", "grad_norm"} <= set(h)
+            "replay_terminal_fraction", "target_clipped", "grad_norm"} <= set(h)
+    assert 0.0 <= h["target_clipped"] <= 1.0
     # CartPole: reward 1 per step, so every non-terminal item is worth 1 / (1 - 0.99).
     assert h["q_bound"] == pytest.approx(100.0, rel=1e-4)
     assert h["q_floor"] == pytest.approx(1.0)  # a terminal step alone: R = 1, d = 0

@@ -153,8 +153,7 @@ def test_noisy_update(config):
   new, metrics, priority = agent.update(state, batch, np.ones((3, 8), np.float32))
   assert int(new.opt_steps) == 3
   chex.assert_shape(priority, (3, 8))
-  assert set(metrics) == {"loss", "q_mean", "grad_norm", "noise_sigma_mean", "action_gap", "q_max",
-                          "target_clipped"}
+  assert set(metrics) == {"loss", "q_mean", "grad_norm", "noise_sigma_mean", "action_gap", "q_max"}
   assert all(np.isfinite(float(v)) for v in metrics.values())
   changed = jax.tree.map(lambda a, b: not np.allclose(a, b), before.params, _host(new.params))
   assert all(jax.tree.leaves(changed))  # sigmas learn too

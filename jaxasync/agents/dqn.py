@@ -24,7 +24,7 @@ epsilon-greedy).
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated, Any, Literal, Sequence
+from typing import Annotated, Any, ClassVar, Literal, Sequence
 
 import chex
 import flax
@@ -178,6 +178,10 @@ class DQNState(LearnerState):
 
   target_params: PyTree
   value_bound: jnp.ndarray
+
+  # Checkpoints saved before value_bound existed load with the initial -inf: the maximum
+  # rebuilds itself from the first batch (checkpoint.restore_checkpoint).
+  leaves_added_later: ClassVar[tuple[str, ...]] = (".value_bound",)
 
 
 def learning_rate_schedule(config: DQNConfig) -> optax.ScalarOrSchedule:
@@ -343,9 +347,10 @@ class DQN(EpsilonGreedyActing, Agent):
                     value_bound)
     loss = jnp.mean(weights * terms.per_item)
     q_tm1 = jax.lax.stop_gradient(loss_fn.expected_q(online_tm1, self.support))
-    return loss, (jax.lax.stop_gradient(terms.priority), {
-        "loss": loss, "q_mean": terms.q_mean, "target_clipped": terms.target_clipped,
-        **greedy_q_metrics(q_tm1)})
+    metrics = {"loss": loss, "q_mean": terms.q_mean, **greedy_q_metrics(q_tm1)}
+    if terms.target_clipped is not None:
+      metrics["target_clipped"] = terms.target_clipped
+    return loss, (jax.lax.stop_gradient(terms.priority), metrics)
 
   def _forward_pair(self, params: PyTree, obs_a: jnp.ndarray, obs_b: jnp.ndarray,
                     key_a: chex.PRNGKey | None, key_b: chex.PRNGKey | None, both: bool

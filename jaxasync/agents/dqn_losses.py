@@ -71,13 +71,13 @@ class LossTerms(NamedTuple):
     priority: each transition's new replay priority ``[B]`` (no gradient needed).
     q_mean: the mean expected Q-value at ``obs`` (a scalar metric).
     target_clipped: the fraction of the batch's targets above the value bound, clipped to
-      it (a scalar metric; 0 without a bound).
+      it (a scalar metric); None without a bound.
   """
 
   per_item: jnp.ndarray
   priority: jnp.ndarray
   q_mean: jnp.ndarray
-  target_clipped: jnp.ndarray
+  target_clipped: jnp.ndarray | None = None
 
 
 def _check_outputs(out: QOutputs, batch: Transition, rank: int, batch_axis: int) -> None:
@@ -128,9 +128,10 @@ def value_bound(reward: jnp.ndarray, discount: jnp.ndarray,
   (``bonus``: what a soft value adds at each bootstrap, e.g. Munchausen's entropy term at most
   ``tau * log(A)``); ``+inf`` where ``discount >= 1`` (an undiscounted task has no bound).
 
-  The maximum over a replay's items bounds every Q-value the Bellman operator on that data can
-  reach: a target above it is an overestimate by construction (the replay's ``q_bound``
-  health figure is the same maximum with no bonus).
+  The maximum over a set of items bounds every Q-value the Bellman operator on those items can
+  reach: a target above it is an overestimate by construction. (The replay's ``q_bound``
+  health figure is the same maximum over the whole replay, with no bonus, and ignores items
+  with ``discount >= 1``.)
 
   Args:
     reward: the items' n-step rewards ``[B]``.
@@ -158,15 +159,16 @@ class ExpectedQLoss(abc.ABC):
       weights the soft value); off: the target network both selects and values it.
     num_q_networks: independently initialised Q-networks whose minimum is the Q-value.
     huber_delta: the Huber loss's threshold between its quadratic and linear parts.
-    bound_targets: clip each target at the largest value the sampled data supports (the
-      running maximum of ``segment_bound`` over every batch so far, kept in the learner's
-      state): no Q-value is regressed above what returns can be.
+    bound_targets: clip each target at the largest value the data sampled so far supports
+      (the running maximum of ``segment_bound`` over every batch, kept in the learner's
+      state): no Q-value is regressed above what returns can be. Off by default, so that a
+      config saved before the setting existed reruns as it ran; experiments/dqn.py turns it on.
   """
 
   double_q: bool = True
   num_q_networks: int = 1
   huber_delta: float = 1.0
-  bound_targets: bool = True
+  bound_targets: bool = False
 
   num_atoms: ClassVar[int] = 1  # one expected value per action
   needs_target_at_obs: ClassVar[bool] = False
@@ -214,7 +216,7 @@ class ExpectedQLoss(abc.ABC):
     ensemble = self.num_q_networks > 1
     _check_outputs(out, batch, rank=3 if ensemble else 2, batch_axis=1 if ensemble else 0)
     y = self.target(out, batch)
-    clipped = jnp.zeros((), jnp.float32)
+    clipped = None
     if value_bound is not None:
       chex.assert_rank(value_bound, 0)
       clipped = jnp.mean((y > value_bound).astype(jnp.float32))
@@ -239,8 +241,9 @@ class QLearning(ExpectedQLoss):
       it; off: the target network's maximum.
     num_q_networks: Q-networks whose minimum is the Q-value (Maxmin Q-learning); 1: one.
     huber_delta: the Huber loss's threshold between its quadratic and linear parts.
-    bound_targets: clip each target at the largest value the sampled data supports
-      (``value_bound``'s running maximum).
+    bound_targets: clip each target at the largest value the data sampled so far supports:
+      the running maximum over sampled items of (R + d * bonus) / (1 - d), R an item's
+      n-step reward, d its bootstrap discount (bonus 0 here).
   """
 
   def target(self, out: QOutputs, batch: Transition) -> jnp.ndarray:
@@ -264,8 +267,10 @@ class Munchausen(ExpectedQLoss):
       values it; off: the target network's own policy, as in the paper.
     num_q_networks: Q-networks whose minimum is the Q-value (Maxmin Q-learning); 1: one.
     huber_delta: the Huber loss's threshold between its quadratic and linear parts.
-    bound_targets: clip each target at the largest value the sampled data supports
-      (``value_bound``'s running maximum, the soft value's entropy term included).
+    bound_targets: clip each target at the largest value the data sampled so far supports:
+      the running maximum over sampled items of (R + d * bonus) / (1 - d), R an item's
+      n-step reward, d its bootstrap discount, bonus the soft value's entropy term at most,
+      temperature * log(actions).
     alpha: scale of the log-policy bonus (0.9 in the paper).
     temperature: the softmax temperature tau, in return units (0.03 in the paper).
     clip: lower clip (< 0) of temperature * log pi (-1 in the paper).
@@ -346,21 +351,21 @@ class Categorical:
   def __call__(self, out: QOutputs, batch: Transition,
                value_bound: jnp.ndarray | None = None) -> LossTerms:
     """The loss of logits ``[B, A, Z]`` on a batch ``[B]`` (``value_bound`` must be None:
-    the support bounds the target): per item, the cross-entropy of
+    the support bounds the targets): per item, the cross-entropy of
     the online distribution at the action to the target distribution at the bootstrap action,
     its atoms shifted to ``r + discount * z`` and projected back onto the support
     (``rlax.categorical_double_q_learning``); the priority is that cross-entropy (Hessel et
     al. 2018)."""
     _check_outputs(out, batch, rank=3, batch_axis=0)
     chex.assert_shape(out.support, (self.num_atoms,))
+    assert value_bound is None, "C51's support bounds its targets; segment_bound is None"
     atoms = jnp.broadcast_to(out.support, (batch.reward.shape[0], self.num_atoms))
     q_select = self.expected_q(out.selector_t, out.support)
     per_item = jax.vmap(rlax.categorical_double_q_learning)(
         atoms, out.online_tm1, batch.action.astype(jnp.int32), batch.reward, batch.discount,
         atoms, out.target_t, q_select)
     return LossTerms(per_item=per_item, priority=per_item,
-                     q_mean=jnp.mean(self.expected_q(out.online_tm1, out.support)),
-                     target_clipped=jnp.zeros((), jnp.float32))
+                     q_mean=jnp.mean(self.expected_q(out.online_tm1, out.support)))
 
 
 # The field's type: one of these, each a subcommand on the command line (agent.loss:munchausen).
