@@ -172,14 +172,14 @@ class DQNState(LearnerState):
   """The learner's state: ``LearnerState``'s params, opt_state, opt_steps (SGD steps) and key
   (the update's noise, noisy nets: split per SGD step), the target network's params, and
   ``value_bound``: float32 scalar, the largest value any sampled item's segment supports so far
-  (``dqn_losses.value_bound``; ``-inf`` before the first SGD step and for a loss that bounds
-  nothing), at which the targets are clipped; a pytree (checkpointed leaf by leaf,
+  (``dqn_losses.value_bound``; the lowest float32 before the first SGD step and for a loss that
+  bounds nothing: finite, as every leaf of a state must be), at which the targets are clipped; a pytree (checkpointed leaf by leaf,
   keyed by field name, so their order is free)."""
 
   target_params: PyTree
   value_bound: jnp.ndarray
 
-  # Checkpoints saved before value_bound existed load with the initial -inf: the maximum
+  # Checkpoints saved before value_bound existed load with its initial value: the maximum
   # rebuilds itself from the first batch (checkpoint.restore_checkpoint).
   leaves_added_later: ClassVar[tuple[str, ...]] = (".value_bound",)
 
@@ -249,7 +249,7 @@ class DQN(EpsilonGreedyActing, Agent):
     return DQNState(params=params, target_params=jax.tree.map(jnp.copy, params),
                     opt_state=self.optimizer.init(params), opt_steps=jnp.zeros((), jnp.int32),
                     key=key_data(jax.random.fold_in(key, 1)),
-                    value_bound=jnp.full((), -jnp.inf, jnp.float32))
+                    value_bound=jnp.full((), jnp.finfo(jnp.float32).min, jnp.float32))
 
   @staticmethod
   def policy_params(state: DQNState) -> PyTree:

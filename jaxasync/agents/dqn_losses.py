@@ -126,7 +126,8 @@ def value_bound(reward: jnp.ndarray, discount: jnp.ndarray,
   """The largest value each n-step item's segment supports, ``[B]``:
   ``(r + discount * bonus) / (1 - discount)``, the value of the segment repeated forever
   (``bonus``: what a soft value adds at each bootstrap, e.g. Munchausen's entropy term at most
-  ``tau * log(A)``); ``+inf`` where ``discount >= 1`` (an undiscounted task has no bound).
+  ``tau * log(A)``); the largest float32 where ``discount >= 1`` (an undiscounted task has no
+  bound; finite, as the learner's state must be).
 
   The maximum over a set of items bounds every Q-value the Bellman operator on those items can
   reach: a target above it is an overestimate by construction. (The replay's ``q_bound``
@@ -141,7 +142,8 @@ def value_bound(reward: jnp.ndarray, discount: jnp.ndarray,
   chex.assert_equal_shape([reward, discount])
   bounded = discount < 1
   safe = jnp.where(bounded, 1.0 - discount, 1.0)
-  return jnp.where(bounded, (reward + discount * bonus_per_bootstrap) / safe, jnp.inf)
+  return jnp.where(bounded, (reward + discount * bonus_per_bootstrap) / safe,
+                   jnp.finfo(jnp.float32).max)
 
 
 @dataclasses.dataclass(frozen=True)
