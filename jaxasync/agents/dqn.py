@@ -172,9 +172,9 @@ class DQNState(LearnerState):
   """The learner's state: ``LearnerState``'s params, opt_state, opt_steps (SGD steps) and key
   (the update's noise, noisy nets: split per SGD step), the target network's params, and
   ``value_bound``: float32 scalar, the largest value any sampled item's segment supports so far
-  (``dqn_losses.value_bound``; the lowest float32 before the first SGD step and for a loss that
-  bounds nothing: finite, as every leaf of a state must be), at which the targets are clipped; a pytree (checkpointed leaf by leaf,
-  keyed by field name, so their order is free)."""
+  (``dqn_losses.value_bound``), at which the targets are clipped; the lowest float32 before
+  the first SGD step and for a loss that bounds nothing (finite, as every leaf of a state must
+  be). A pytree (checkpointed leaf by leaf, keyed by field name, so their order is free)."""
 
   target_params: PyTree
   value_bound: jnp.ndarray
