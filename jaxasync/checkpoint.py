@@ -209,10 +209,10 @@ def restore_checkpoint(directory: str | os.PathLike, template: PyTree) -> tuple[
   leaves = []
   for path, like in paths_leaves:
     key = jax.tree_util.keystr(path)
-    if key not in stored and key in added_later:
-      leaves.append(np.asarray(like))
-      continue
     if key not in stored:
+      if key in added_later:  # (saved before the field existed: the template's value)
+        leaves.append(np.asarray(like))
+        continue
       raise StateMismatch(f"checkpoint {directory} has no leaf {key}; was it saved from another config?")
     x, like = np.asarray(stored[key]), np.asarray(like)
     if x.shape != like.shape or x.dtype != like.dtype:
