@@ -124,7 +124,7 @@ def _stacked(reward, discount):
 def test_the_agent_keeps_the_running_maximum_of_the_sampled_bounds(loss):
   agent = _tiny_agent(loss)
   state = agent.init(jax.random.PRNGKey(0))
-  assert float(state.value_bound) == np.finfo(np.float32).min  # (finite: states are checked)
+  assert float(state.value_bound) == 0.0
   bonus = loss.bonus_per_bootstrap(2)  # 0 for Q-learning, .03 log 2 for Munchausen
   state, metrics, _ = agent.update(state, _stacked([1.0, 0.5], [0.5, 0.0]))
   np.testing.assert_allclose(state.value_bound, (1.0 + 0.5 * bonus) / 0.5, rtol=1e-5)
@@ -158,12 +158,34 @@ def test_the_agent_regresses_on_the_clipped_targets():
   assert "target_clipped" not in metrics
 
 
-def test_without_a_bound_the_state_keeps_the_lowest_float():
+def test_the_bound_is_never_below_zero_so_negative_rewards_keep_their_optimism():
+  # Acrobot's case: -1 per step, no termination sampled yet. The segments support
+  # -1 / (1 - .5) = -2, but an episode that ends is worth 0, so the bound stays 0 and the
+  # target -1 + .5 * 0 (target params valuing every state at 0) is not clipped to -2.
+  agent = _tiny_agent(QLearning(bound_targets=True))
+  state = agent.init(jax.random.PRNGKey(0))
+  head = state.target_params["params"]["Dense_0"]
+  zero_head = {"kernel": jnp.zeros_like(head["kernel"]), "bias": jnp.zeros_like(head["bias"])}
+  state = state.replace(target_params={"params": {**state.target_params["params"],
+                                                  "Dense_0": zero_head}})
+  q_sa = float(agent.q_values(state.params, np.zeros((1, 3), np.float32))[0, 0])
+  new, metrics, priority = agent.update(jax.tree.map(jnp.copy, state),
+                                        _stacked([-1.0, -1.0], [0.5, 0.5]))
+  assert float(new.value_bound) == 0.0
+  np.testing.assert_allclose(metrics["target_clipped"], 0.0)
+  np.testing.assert_allclose(priority[0], [abs(-1.0 - q_sa)] * 2, rtol=1e-4)
+  # A state restored from before the floor (a bound of -2) is floored at the next update.
+  new, metrics, _ = agent.update(state.replace(value_bound=jnp.float32(-2.0)),
+                                 _stacked([-1.0, -1.0], [0.5, 0.5]))
+  assert float(new.value_bound) == 0.0 and float(metrics["target_clipped"]) == 0.0
+
+
+def test_without_a_bound_the_state_keeps_its_initial_value():
   for loss in (QLearning(), Categorical(v_min=-5.0, v_max=5.0)):
     agent = _tiny_agent(loss)
     state, metrics, _ = agent.update(agent.init(jax.random.PRNGKey(0)),
                                      _stacked([1.0, 0.5], [0.5, 0.0]))
-    assert float(state.value_bound) == np.finfo(np.float32).min
+    assert float(state.value_bound) == 0.0
     assert "target_clipped" not in metrics
 
 

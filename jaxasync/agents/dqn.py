@@ -172,9 +172,12 @@ class DQNState(LearnerState):
   """The learner's state: ``LearnerState``'s params, opt_state, opt_steps (SGD steps) and key
   (the update's noise, noisy nets: split per SGD step), the target network's params, and
   ``value_bound``: float32 scalar, the largest value any sampled item's segment supports so far
-  (``dqn_losses.value_bound``), at which the targets are clipped; the lowest float32 before
-  the first SGD step and for a loss that bounds nothing (finite, as every leaf of a state must
-  be). A pytree (checkpointed leaf by leaf, keyed by field name, so their order is free)."""
+  (``dqn_losses.value_bound``), and at least 0, at which the targets are clipped; 0 before the
+  first SGD step and for a loss that bounds nothing. At least 0 because an episode that ends
+  is worth 0 from there: where every reward is negative (Acrobot's -1 per step) returns up to
+  0 are possible before the data shows a termination, and a bound at the segments' -100 took
+  away the initial values' optimism (the goal was found later). A pytree (checkpointed leaf by
+  leaf, keyed by field name, so their order is free)."""
 
   target_params: PyTree
   value_bound: jnp.ndarray
@@ -249,7 +252,7 @@ class DQN(EpsilonGreedyActing, Agent):
     return DQNState(params=params, target_params=jax.tree.map(jnp.copy, params),
                     opt_state=self.optimizer.init(params), opt_steps=jnp.zeros((), jnp.int32),
                     key=key_data(jax.random.fold_in(key, 1)),
-                    value_bound=jnp.full((), jnp.finfo(jnp.float32).min, jnp.float32))
+                    value_bound=jnp.zeros((), jnp.float32))
 
   @staticmethod
   def policy_params(state: DQNState) -> PyTree:
@@ -381,8 +384,9 @@ class DQN(EpsilonGreedyActing, Agent):
     # The bound grows with every batch's segments: every stored item is sampled many times
     # over, so it soon is the replay's own maximum (the items' order does not matter).
     segment_bound = c.loss.segment_bound(batch, self.num_actions)
+    # (Floored at 0 here too: a state restored from the previous release may hold less.)
     bound = (state.value_bound if segment_bound is None
-             else jnp.maximum(state.value_bound, jnp.max(segment_bound)))
+             else jnp.maximum(state.value_bound, jnp.maximum(jnp.max(segment_bound), 0.0)))
     grads, (priority, metrics) = jax.grad(self.loss, has_aux=True)(
         state.params, state.target_params, batch, weights, noise_key,
         None if segment_bound is None else bound)
