@@ -162,8 +162,8 @@ class ExpectedQLoss(abc.ABC):
     num_q_networks: independently initialised Q-networks whose minimum is the Q-value.
     huber_delta: the Huber loss's threshold between its quadratic and linear parts.
     bound_targets: clip each target at the largest value the data sampled so far supports
-      (the running maximum of ``segment_bound`` over every batch, kept in the learner's
-      state): no Q-value is regressed above what returns can be. Off by default, so that a
+      (the running maximum of ``segment_bound`` over every batch and 0, an ended episode's
+      value, kept in the learner's state): no Q-value is regressed above what returns can be. Off by default, so that a
       config saved before the setting existed reruns as it ran; experiments/dqn.py turns it on.
   """
 
@@ -245,7 +245,7 @@ class QLearning(ExpectedQLoss):
     huber_delta: the Huber loss's threshold between its quadratic and linear parts.
     bound_targets: clip each target at the largest value the data sampled so far supports:
       the running maximum over sampled items of (R + d * bonus) / (1 - d), R an item's
-      n-step reward, d its bootstrap discount (bonus 0 here).
+      n-step reward, d its bootstrap discount (bonus 0 here), and of 0.
   """
 
   def target(self, out: QOutputs, batch: Transition) -> jnp.ndarray:
@@ -272,7 +272,7 @@ class Munchausen(ExpectedQLoss):
     bound_targets: clip each target at the largest value the data sampled so far supports:
       the running maximum over sampled items of (R + d * bonus) / (1 - d), R an item's
       n-step reward, d its bootstrap discount, bonus the soft value's entropy term at most,
-      temperature * log(actions).
+      temperature * log(actions), and of 0.
     alpha: scale of the log-policy bonus (0.9 in the paper).
     temperature: the softmax temperature tau, in return units (0.03 in the paper).
     clip: lower clip (< 0) of temperature * log pi (-1 in the paper).
