@@ -86,6 +86,10 @@ def test_value_bound_by_hand():
   bonus = 0.03 * np.log(2.0)
   np.testing.assert_allclose(value_bound(reward, discount, bonus)[:2],
                              [100.0 + d5 * bonus / (1 - d5), 1.0], rtol=1e-4)
+  # Negative rewards: -1 / (1 - .5) = -2 and a terminal -1, both floored at 0, an ended
+  # episode's value.
+  np.testing.assert_allclose(value_bound(np.array([-1.0, -1.0], np.float32),
+                                         np.array([0.5, 0.0], np.float32)), [0.0, 0.0])
   assert Munchausen(temperature=0.03).bonus_per_bootstrap(2) == pytest.approx(bonus)
   assert QLearning().bonus_per_bootstrap(2) == 0.0
   assert QLearning().segment_bound(BATCH, 2) is None  # bound_targets is off by default

@@ -172,12 +172,9 @@ class DQNState(LearnerState):
   """The learner's state: ``LearnerState``'s params, opt_state, opt_steps (SGD steps) and key
   (the update's noise, noisy nets: split per SGD step), the target network's params, and
   ``value_bound``: float32 scalar, the largest value any sampled item's segment supports so far
-  (``dqn_losses.value_bound``), and at least 0, at which the targets are clipped; 0 before the
-  first SGD step and for a loss that bounds nothing. At least 0 because an episode that ends
-  is worth 0 from there: where every reward is negative (Acrobot's -1 per step) returns up to
-  0 are possible before the data shows a termination, and a bound at the segments' -100 took
-  away the initial values' optimism (the goal was found later). A pytree (checkpointed leaf by
-  leaf, keyed by field name, so their order is free)."""
+  (``dqn_losses.value_bound``, at least 0: an ended episode's value), at which the targets are
+  clipped; 0 before the first SGD step and for a loss that bounds nothing. A pytree
+  (checkpointed leaf by leaf, keyed by field name, so their order is free)."""
 
   target_params: PyTree
   value_bound: jnp.ndarray
@@ -384,9 +381,10 @@ class DQN(EpsilonGreedyActing, Agent):
     # The bound grows with every batch's segments: every stored item is sampled many times
     # over, so it soon is the replay's own maximum (the items' order does not matter).
     segment_bound = c.loss.segment_bound(batch, self.num_actions)
-    # (Floored at 0 here too: a state restored from the previous release may hold less.)
+    # (A state restored from the previous release may hold less than 0: the segments' floor
+    # lifts it at the first batch.)
     bound = (state.value_bound if segment_bound is None
-             else jnp.maximum(state.value_bound, jnp.maximum(jnp.max(segment_bound), 0.0)))
+             else jnp.maximum(state.value_bound, jnp.max(segment_bound)))
     grads, (priority, metrics) = jax.grad(self.loss, has_aux=True)(
         state.params, state.target_params, batch, weights, noise_key,
         None if segment_bound is None else bound)

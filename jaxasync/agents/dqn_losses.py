@@ -126,8 +126,11 @@ def value_bound(reward: jnp.ndarray, discount: jnp.ndarray,
   """The largest value each n-step item's segment supports, ``[B]``:
   ``(r + discount * bonus) / (1 - discount)``, the value of the segment repeated forever
   (``bonus``: what a soft value adds at each bootstrap, e.g. Munchausen's entropy term at most
-  ``tau * log(A)``); the largest float32 where ``discount >= 1`` (an undiscounted task has no
-  bound; finite, as the learner's state must be).
+  ``tau * log(A)``), and at least 0: an episode that ends is worth 0 from there, so where every
+  reward is negative (Acrobot's -1 per step) returns up to 0 are possible before the data shows
+  a termination (a bound at the segments' -100 took away the initial values' optimism); the
+  largest float32 where ``discount >= 1`` (an undiscounted task has no bound; finite, as the
+  learner's state must be).
 
   The maximum over a set of items bounds every Q-value the Bellman operator on those items can
   reach: a target above it is an overestimate by construction. (The replay's ``q_bound``
@@ -142,7 +145,7 @@ def value_bound(reward: jnp.ndarray, discount: jnp.ndarray,
   chex.assert_equal_shape([reward, discount])
   bounded = discount < 1
   safe = jnp.where(bounded, 1.0 - discount, 1.0)
-  return jnp.where(bounded, (reward + discount * bonus_per_bootstrap) / safe,
+  return jnp.where(bounded, jnp.maximum((reward + discount * bonus_per_bootstrap) / safe, 0.0),
                    jnp.finfo(jnp.float32).max)
 
 
@@ -162,9 +165,10 @@ class ExpectedQLoss(abc.ABC):
     num_q_networks: independently initialised Q-networks whose minimum is the Q-value.
     huber_delta: the Huber loss's threshold between its quadratic and linear parts.
     bound_targets: clip each target at the largest value the data sampled so far supports
-      (the running maximum of ``segment_bound`` over every batch and 0, an ended episode's
-      value, kept in the learner's state): no Q-value is regressed above what returns can be. Off by default, so that a
-      config saved before the setting existed reruns as it ran; experiments/dqn.py turns it on.
+      (the running maximum of ``segment_bound`` over every batch, at least 0, kept in the
+      learner's state): no Q-value is regressed above what returns can be. Off by default, so
+      that a config saved before the setting existed reruns as it ran; experiments/dqn.py
+      turns it on.
   """
 
   double_q: bool = True
@@ -245,7 +249,7 @@ class QLearning(ExpectedQLoss):
     huber_delta: the Huber loss's threshold between its quadratic and linear parts.
     bound_targets: clip each target at the largest value the data sampled so far supports:
       the running maximum over sampled items of (R + d * bonus) / (1 - d), R an item's
-      n-step reward, d its bootstrap discount (bonus 0 here), and of 0.
+      n-step reward, d its bootstrap discount (bonus 0 here), and at least 0.
   """
 
   def target(self, out: QOutputs, batch: Transition) -> jnp.ndarray:
@@ -272,7 +276,7 @@ class Munchausen(ExpectedQLoss):
     bound_targets: clip each target at the largest value the data sampled so far supports:
       the running maximum over sampled items of (R + d * bonus) / (1 - d), R an item's
       n-step reward, d its bootstrap discount, bonus the soft value's entropy term at most,
-      temperature * log(actions), and of 0.
+      temperature * log(actions), and at least 0.
     alpha: scale of the log-policy bonus (0.9 in the paper).
     temperature: the softmax temperature tau, in return units (0.03 in the paper).
     clip: lower clip (< 0) of temperature * log pi (-1 in the paper).
