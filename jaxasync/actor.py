@@ -13,7 +13,7 @@ import signal
 import threading
 import time
 import traceback
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
 import numpy as np
@@ -166,9 +166,16 @@ class Actor:
 
     Raises ``ActorStopped`` when ``stop`` is set while waiting for the inference server.
     """
-    agent, collector = self.agent, self.collector
+    return self.take(self.choose(stop))
+
+  def choose(self, stop=None) -> "Choice":
+    """The next vector step's actions, on the latest params (or the inference server's).
+
+    Raises ``ActorStopped`` when ``stop`` is set while waiting for the inference server.
+    """
+    agent = self.agent
     if self.inference is not None:  # SEED: the server runs the network on its device
-      answer = self.inference.policy(collector.obs, stop)
+      answer = self.inference.policy(self.collector.obs, stop)
       if answer is None:
         raise ActorStopped
       outputs, version = answer
@@ -176,8 +183,14 @@ class Actor:
     else:
       self.adopt_latest()  # as soon as published
       version = self.version
-      actions, extras, self.actor_state = agent.act(self.params, collector.obs,
+      actions, extras, self.actor_state = agent.act(self.params, self.collector.obs,
                                                     self.actor_state, self.rng)
+    return Choice(actions, extras, version)
+
+  def take(self, choice: "Choice"):
+    """Steps the env with ``choice`` (from ``choose`` on the current observations); returns a
+    ``Chunk`` when ``chunk_steps`` steps are in, else ``None``."""
+    collector, (actions, extras, version) = self.collector, choice
     if self._steps_in_chunk == 0:
       self._chunk_version = version  # the oldest params the chunk's steps were taken with
     next_obs, reward, terminated, truncated, _ = self.env.step(actions)
@@ -198,6 +211,15 @@ class Actor:
     self.env_steps += steps
     self.shared.env_steps[self.actor_id] = self.env_steps
     return chunk
+
+
+class Choice(NamedTuple):
+  """One vector step's actions ``[num_envs, ...]``, the agent's extras for them (or
+  ``None``) and the params version they were chosen with."""
+
+  actions: Any
+  extras: Any
+  version: int
 
 
 class ActorStopped(Exception):

@@ -25,7 +25,7 @@ from typing import Protocol
 
 import numpy as np
 
-from jaxasync.actor import Actor
+from jaxasync.actor import Actor, Choice
 from jaxasync.actor_manager import Actors, ActorStats
 from jaxasync.bottleneck import verdict
 from jaxasync.config import RunConfig
@@ -125,8 +125,19 @@ class TextDropping:
 class LockstepFeed:
   """The synchronous run's data: one in-thread ``Actor`` stepped only when no update can run.
 
+  With a replay (``replay``: an off-policy learner) the actor chooses its next actions at the
+  end of its step, on the params of the last update call, and steps the env with them after
+  the next call has been dispatched; the replay draws that call's sample (``prefetch``) just
+  after the step's insert. So the env, the collector, the insert and the sampling run while
+  XLA computes the update instead of after it (lock-step is otherwise strictly serial: the
+  next actions need the update's params, the next batch the env step's transitions). The
+  price is a policy lag of one update call (``updates_per_call`` SGD steps), harmless for an
+  off-policy learner; without a replay (on-policy sources) the actor acts on the current
+  params (lag 0).
+
   Args:
     actor: an ``Actor`` with ``chunk_steps=1``, reading the loop's ``ThreadParamStore``.
+    replay: the loop's ``ReplaySource``, for an off-policy learner (see above); ``None``.
   """
 
   mode = "sync"
@@ -137,8 +148,9 @@ class LockstepFeed:
   finish_due_updates = True
   UPDATE_STAGE = "the replay and the SGD update (the first call compiles)"
 
-  def __init__(self, actor: Actor):
-    self.actor = actor
+  def __init__(self, actor: Actor, replay: ReplaySource | None = None):
+    self.actor, self.replay = actor, replay
+    self.choice: Choice | None = None  # (with a replay) the next step's actions
     self.stage = "env.step"
     self.dropped = 0
     self.actor_stats: list[ActorStats] = []  # (the in-thread actor is the loop's own)
@@ -151,10 +163,19 @@ class LockstepFeed:
 
   def wait(self, loop: "LearnerLoop") -> None:
     self.stage = "env.step"
-    chunk = self.actor.step()
-    self.stage = self.UPDATE_STAGE
+    actor = self.actor
+    chunk = actor.take(self.choice if self.choice is not None else actor.choose())
+    self.choice = None
     if chunk is not None:
       loop.add_chunk(chunk)
+    if self.replay is not None:
+      self.replay.prefetch(loop.learner.opt_steps)  # (the call this insert made due, if any)
+      # The actions need the params of the update call in flight: its wait is update time.
+      self.stage = self.UPDATE_STAGE
+      loop.learner.finish_update()
+      self.stage = "env.step"
+      self.choice = actor.choose()
+    self.stage = self.UPDATE_STAGE
 
   def supervise(self) -> None:
     pass
@@ -171,7 +192,7 @@ class LockstepFeed:
     pickle (e.g. Atari's emulator): the resumed actor then starts fresh episodes."""
     a = self.actor
     state = {"env": a.env, "collector": a.collector, "rng": a.rng, "actor_state": a.actor_state,
-             "env_steps": a.env_steps, "seq": a._seq}
+             "env_steps": a.env_steps, "seq": a._seq, "choice": self.choice}
     try:
       return pickle.dumps(state)  # (a snapshot now: the env steps on while a save is written)
     except Exception:  # (any failure to pickle: a lambda, a C handle, a lock...)
@@ -203,6 +224,8 @@ class LockstepFeed:
     a.env.close()
     a.env, a.collector, a.rng = env, collector, rng
     a.actor_state, a.env_steps, a._seq = actor_state, env_steps, seq
+    # (saved before the actor chose ahead, or without a replay: none; the next step chooses)
+    self.choice = state.get("choice")
     return True
 
   def metrics(self) -> dict[str, float]:
@@ -594,8 +617,12 @@ class LearnerLoop:
     if self._worker.error is not None:
       raise self._worker.error
     if not (due or self.can_update()):
+      # (the lock-step feed may sample or finish the update in flight while it waits: those
+      # count as what they are)
+      inner = self.source.time_sample + learner.time_update
       feed.wait(self)
-      self.times["wait"] += time.perf_counter() - t1
+      self.times["wait"] += (time.perf_counter() - t1
+                             - (self.source.time_sample + learner.time_update - inner))
       return True
     learner.step(self.source)
     feed.waiting = False

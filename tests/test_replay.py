@@ -238,3 +238,32 @@ def test_load_state_dict_rejects_mismatch():
   buf = ReplayBuffer(_example(), capacity=5)
   with pytest.raises(ValueError, match="same example and capacity"):
     buf.load_state_dict(ReplayBuffer(_example(), capacity=6).state_dict())
+
+
+# --- ReplaySource.prefetch ---------------------------------------------------------
+def _source(seed):
+  from jaxasync.sources.replay import ReplaySource, UpdateCredit
+  buf = ReplayBuffer(_example(), capacity=64, seed=seed)
+  # (one SGD step of 4 items per env step once 8 are in: border's opt_interval 1)
+  return ReplaySource(buf, batch_size=4, updates_per_call=2,
+                      limiter=UpdateCredit(1, warmup=8, batch_size=4))
+
+
+def test_a_prefetched_sample_is_the_sample_the_next_call_would_have_drawn():
+  """prefetch draws the call's sample early (the lock-step loop draws it while XLA computes
+  the update in flight): the same items, from the same generator, as a source that did not
+  prefetch; the credit it spends is spent once, and can_sample stays True while it is held."""
+  eager, lazy = _source(3), _source(3)
+  for source in (eager, lazy):
+    source.add(_chunk(range(8)), version=0, env_steps=8)  # 8 credits: 4 calls of 2 x 4 items
+  eager.prefetch(opt_steps=0)
+  assert eager.can_sample(0) and eager.sampled == 8 and lazy.sampled == 0
+  eager.prefetch(opt_steps=0)  # (already holds one: no second draw)
+  assert eager.sampled == 8
+  chex.assert_trees_all_equal(eager.sample(0).batch, lazy.sample(0).batch)
+  assert eager.sampled == lazy.sampled == 8
+  for _ in range(3):  # the generators stayed in step, and the credit ran out together
+    chex.assert_trees_all_equal(eager.sample(0).batch, lazy.sample(0).batch)
+  assert not eager.can_sample(0) and not lazy.can_sample(0)
+  eager.prefetch(opt_steps=0)  # nothing may be sampled: nothing is drawn
+  assert eager.sampled == 32 and not eager.can_sample(0)

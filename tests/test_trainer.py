@@ -285,3 +285,21 @@ def test_a_replay_ratio_that_is_not_a_finite_positive_number_is_rejected(value):
   # NaN passed the old `<= 0` check: the run took no SGD step in 63k env steps.
   with pytest.raises(ConfigError, match=f"samples_per_insert must be a finite number > 0.*got {value}"):
     ReplayConfig(samples_per_insert=value).validate(32)
+
+
+def test_the_lockstep_actor_on_a_replay_chooses_its_actions_a_call_ahead(cartpole_spaces):
+  """Off-policy lock-step: the actions of each vector step are chosen before the update call
+  that precedes its env.step (so the env steps while XLA computes that call): once training
+  has started every transition was chosen with the params one call (k = 4 SGD steps) old,
+  never older and never the newest; during the warmup (no update yet) the lag is 0."""
+  recorder = MemoryRecorder()
+  trainer = Trainer(_dqn(cartpole_spaces, hidden_sizes=(16,), batch_size=32,
+                         data=ReplayConfig(warmup_period=64)),
+                    CARTPOLE, RunConfig(max_opts=200, updates_per_call=4, eval_interval=0,
+                                        record_interval=40, progress=False),
+                    ActorsConfig(num_envs=4), recorder)
+  trainer.train()
+  lags = [(s, v["policy_lag_min"], v["policy_lag_max"]) for s, v in recorder.records
+          if "policy_lag_min" in v]
+  assert len(lags) == 5 and lags[0][1] == 0  # (the first window holds the warmup's steps)
+  assert all(lo == hi == 4 for _, lo, hi in lags[1:]), lags

@@ -196,6 +196,7 @@ class ReplaySource:
     self.env_steps = 0  # env steps the added chunks took
     self.time_sample = 0.0
     self._clock = time.perf_counter()
+    self._prefetched: Sample | None = None  # (prefetch) the next call's sample
 
   def __len__(self) -> int:
     return len(self.replay)
@@ -239,14 +240,30 @@ class ReplaySource:
 
   def can_sample(self, opt_steps: int) -> bool:
     """Whether one update call may run now: enough items, the ratio and the frequency cap."""
+    if self._prefetched is not None:
+      return True
     if self.needs_data():
       return False
     mtf = self.max_train_frequency
     return mtf is None or opt_steps < mtf * (time.perf_counter() - self._clock)
 
+  def prefetch(self, opt_steps: int) -> None:
+    """Draws the next call's sample now, if one may run (``sample`` then returns it): the
+    lock-step loop samples while XLA computes the update in flight. Items added after it are
+    not in that sample, so the loop calls it only once its insert for the call is in; and no
+    checkpoint is taken while one is held (the replay's generator has moved on)."""
+    if self._prefetched is None and self.can_sample(opt_steps):
+      self._prefetched = self._draw(opt_steps)
+
   def sample(self, opt_steps: int) -> Sample:
     """``k`` batches, leaves ``[k, batch_size, ...]``; a prioritized replay draws ``k``
     independently stratified batches, each with its own weight normalisation."""
+    if self._prefetched is not None:
+      sample, self._prefetched = self._prefetched, None
+      return sample
+    return self._draw(opt_steps)
+
+  def _draw(self, opt_steps: int) -> Sample:
     t0 = time.perf_counter()
     k, b = self.updates_per_call, self.batch_size
     weights = info = None
