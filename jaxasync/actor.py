@@ -120,10 +120,11 @@ def run_actor_process(*args) -> None:
 class Actor:
   """One actor's acting: a vector env, a collector, the agent's actor side and a params copy.
 
-  ``step()`` takes one vector step and returns a ``Chunk`` every ``chunk_steps`` steps. The
-  asynchronous actor (``run_actor``, in a thread or a process) calls it in a loop and pushes
-  the chunks; the synchronous loop calls it whenever its learner has no update to run
-  (``chunk_steps=1``: lock-step). Params are adopted in one place, ``adopt_latest``.
+  ``step()`` takes one vector step (``choose`` its actions, then ``take`` them) and returns a
+  ``Chunk`` every ``chunk_steps`` steps. The asynchronous actor (``run_actor``, in a thread or
+  a process) calls it in a loop and pushes the chunks; the synchronous loop calls ``take`` and
+  ``choose`` itself whenever its learner has no update to run (``chunk_steps=1``: lock-step;
+  ``LockstepFeed``). Params are adopted in one place, ``adopt_latest``.
 
   Args:
     actor_id: index of the actor.

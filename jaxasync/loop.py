@@ -8,8 +8,9 @@
 
 What differs between a synchronous and an asynchronous run is only the feed:
 
-* ``LockstepFeed``: one ``Actor`` in the loop's own thread; ``wait`` takes one vector step with
-  the latest params (border's ``Trainer``: the learner decides when the actor steps);
+* ``LockstepFeed``: one ``Actor`` in the loop's own thread; ``wait`` takes one vector step
+  (border's ``Trainer``: the learner decides when the actor steps), with the latest params or,
+  off-policy, with actions chosen before the last calls (``LockstepFeed``);
 * ``ActorFeed``: actors in threads or processes (``ActorManager``) pushing chunks through a
   bounded ``ChunkQueue``; ``ingest`` moves queued chunks into the source while its limiter lets
   them in, ``wait`` blocks briefly for the next one, and ``supervise`` restarts dead actors.
@@ -127,13 +128,14 @@ class LockstepFeed:
 
   With a replay (``replay``: an off-policy learner) the actor chooses its next actions at the
   end of its step, on the params of the last update call, and steps the env with them after
-  the next call has been dispatched; the replay draws that call's sample (``prefetch``) just
-  after the step's insert. So the env, the collector, the insert and the sampling run while
-  XLA computes the update instead of after it (lock-step is otherwise strictly serial: the
-  next actions need the update's params, the next batch the env step's transitions). The
-  price is a policy lag of one update call (``updates_per_call`` SGD steps), harmless for an
-  off-policy learner; without a replay (on-policy sources) the actor acts on the current
-  params (lag 0).
+  the calls that step's insert made due have been dispatched; the replay draws the first of
+  those calls' sample (``prefetch``) just after the insert. So the env, the collector, the
+  insert and the sampling run while XLA computes an update instead of after it (lock-step is
+  otherwise strictly serial: the next actions need the update's params, the next batch the
+  env step's transitions). The price is a policy lag of one vector step's calls (one call,
+  ``updates_per_call`` SGD steps, with the default 4 envs and one SGD step per env step;
+  two with 8 envs), harmless for an off-policy learner; without a replay (on-policy sources)
+  the actor acts on the current params (lag 0).
 
   Args:
     actor: an ``Actor`` with ``chunk_steps=1``, reading the loop's ``ThreadParamStore``.
@@ -162,20 +164,20 @@ class LockstepFeed:
     pass  # nothing arrives by itself
 
   def wait(self, loop: "LearnerLoop") -> None:
-    self.stage = "env.step"
     actor = self.actor
-    chunk = actor.take(self.choice if self.choice is not None else actor.choose())
-    self.choice = None
+    self.stage = "env.step"
+    choice, self.choice = self.choice, None  # (taken: never saved with the env it stepped)
+    chunk = actor.take(choice if choice is not None else actor.choose())
+    self.stage = self.UPDATE_STAGE
     if chunk is not None:
       loop.add_chunk(chunk)
     if self.replay is not None:
       self.replay.prefetch(loop.learner.opt_steps)  # (the call this insert made due, if any)
       # The actions need the params of the update call in flight: its wait is update time.
-      self.stage = self.UPDATE_STAGE
       loop.learner.finish_update()
       self.stage = "env.step"
       self.choice = actor.choose()
-    self.stage = self.UPDATE_STAGE
+      self.stage = self.UPDATE_STAGE
 
   def supervise(self) -> None:
     pass

@@ -37,7 +37,6 @@ def host_copy(tree: PyTree) -> PyTree:
 
 
 @jax.jit
-@jax.jit
 def device_copy(tree: PyTree) -> PyTree:
   """Copies of ``tree``'s leaves on their own devices, in one dispatch: what an in-process
   store publishes, never donated by the learner's next update (which donates its state)."""

@@ -123,7 +123,7 @@ class Trainer:
     if actors.lockstep:
       self.feed = self._make_lockstep_feed(agent, env_factory, collector, chunk_steps, resumes,
                                            resumed_env_steps)
-      sync_interval = 1  # the lock-step actor acts on the params of the last update call(s)
+      sync_interval = 1  # every call's params: the lock-step actor chooses on the newest
     else:
       self.feed = self._make_actor_feed(agent, agent_factory, env_factory, collector,
                                         chunk_steps, resumes, resumed_env_steps)
@@ -214,7 +214,7 @@ class Trainer:
     # (A resumed run whose actor does not pickle starts it on fresh seeds.)
     seed = run.seed if not resumes else actor_seed(run.seed, 0, 1_000 * resumes)
     shared = ActorShared(np.full(1, resumed_env_steps, np.int64), np.full(1, -1, np.int64))
-    # An off-policy learner on a replay takes the actions chosen a call ahead (see
+    # An off-policy learner on a replay takes the actions chosen before its calls (see
     # LockstepFeed); an on-policy source gets the current params' (lag 0).
     return LockstepFeed(Actor(0, agent, env, actor_config, self.param_store, shared,
                               seed=seed + 1, env_seed=seed),

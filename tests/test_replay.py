@@ -267,3 +267,41 @@ def test_a_prefetched_sample_is_the_sample_the_next_call_would_have_drawn():
   assert not eager.can_sample(0) and not lazy.can_sample(0)
   eager.prefetch(opt_steps=0)  # nothing may be sampled: nothing is drawn
   assert eager.sampled == 32 and not eager.can_sample(0)
+
+
+def test_a_source_holding_a_prefetched_sample_saves_itself_as_before_the_draw():
+  """A checkpoint taken while a prefetched sample is held (a run ended by an error before its
+  next call) holds the generator and counts of before the draw: restored, the source draws
+  that sample again, as the run that never prefetched would."""
+  held, plain = _source(5), _source(5)
+  for source in (held, plain):
+    source.add(_chunk(range(8)), version=0, env_steps=8)
+  held.prefetch(opt_steps=0)
+  saved, expected = held.state_dict(), plain.state_dict()
+  assert saved["sampled"] == expected["sampled"] == 0 and saved["credit"] == expected["credit"]
+  assert saved["replay"]["rng"] == expected["replay"]["rng"]
+  assert held.rng_states() == plain.rng_states()
+  restored = _source(99)  # (another seed: the state brings the generator back)
+  restored.load_state_dict(saved)
+  chex.assert_trees_all_equal(restored.sample(0).batch, held.sample(0).batch,
+                              plain.sample(0).batch)
+
+
+def test_a_prefetched_prioritized_sample_is_the_one_the_call_would_have_drawn():
+  """With priorities: the same items, importance weights and slots (the write-back's info)."""
+  from jaxasync.replay import PrioritizedReplayBuffer
+  from jaxasync.sources.replay import ReplaySource
+
+  def source():
+    buf = PrioritizedReplayBuffer(_example(), capacity=64, alpha=0.6, beta=0.4, seed=2)
+    out = ReplaySource(buf, batch_size=4, updates_per_call=2)
+    out.add(_chunk(range(16)), version=0, env_steps=16)
+    buf.update_priorities(np.arange(16), np.linspace(0.1, 3.0, 16), buf.state_dict()["generation"][:16])
+    return out
+
+  eager, lazy = source(), source()
+  eager.prefetch(opt_steps=0)
+  a, b = eager.sample(0), lazy.sample(0)
+  chex.assert_trees_all_equal(a.batch, b.batch)
+  np.testing.assert_array_equal(a.weights, b.weights)
+  chex.assert_trees_all_equal(a.info, b.info)

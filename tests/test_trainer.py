@@ -287,19 +287,22 @@ def test_a_replay_ratio_that_is_not_a_finite_positive_number_is_rejected(value):
     ReplayConfig(samples_per_insert=value).validate(32)
 
 
-def test_the_lockstep_actor_on_a_replay_chooses_its_actions_a_call_ahead(cartpole_spaces):
-  """Off-policy lock-step: the actions of each vector step are chosen before the update call
-  that precedes its env.step (so the env steps while XLA computes that call): once training
-  has started every transition was chosen with the params one call (k = 4 SGD steps) old,
-  never older and never the newest; during the warmup (no update yet) the lag is 0."""
+@pytest.mark.parametrize("num_envs, lag", [(4, 4), (8, 8)])
+def test_the_lockstep_actor_on_a_replay_chooses_its_actions_before_the_calls(
+    cartpole_spaces, num_envs, lag):
+  """Off-policy lock-step: the actions of each vector step are chosen before the update calls
+  its previous step made due (so the env steps while XLA computes them). With one SGD step
+  per env step and 4 per call, that is one call (4 SGD steps) for 4 envs and two (8) for 8
+  envs: once training has started every transition was chosen with params exactly that old;
+  during the warmup (no update yet) the lag is 0."""
   recorder = MemoryRecorder()
   trainer = Trainer(_dqn(cartpole_spaces, hidden_sizes=(16,), batch_size=32,
                          data=ReplayConfig(warmup_period=64)),
                     CARTPOLE, RunConfig(max_opts=200, updates_per_call=4, eval_interval=0,
                                         record_interval=40, progress=False),
-                    ActorsConfig(num_envs=4), recorder)
+                    ActorsConfig(num_envs=num_envs), recorder)
   trainer.train()
   lags = [(s, v["policy_lag_min"], v["policy_lag_max"]) for s, v in recorder.records
           if "policy_lag_min" in v]
   assert len(lags) == 5 and lags[0][1] == 0  # (the first window holds the warmup's steps)
-  assert all(lo == hi == 4 for _, lo, hi in lags[1:]), lags
+  assert all(lo == hi == lag for _, lo, hi in lags[1:]), lags

@@ -196,14 +196,17 @@ class ReplaySource:
     self.env_steps = 0  # env steps the added chunks took
     self.time_sample = 0.0
     self._clock = time.perf_counter()
-    self._prefetched: Sample | None = None  # (prefetch) the next call's sample
+    # (prefetch) the next call's sample, and the generator state and counts before its draw
+    self._prefetched: tuple[Sample, dict] | None = None
 
   def __len__(self) -> int:
     return len(self.replay)
 
   def rng_states(self) -> dict:
-    """The replay's sampling generator state, for checkpoint metadata."""
-    return {"replay": self.replay.rng_state}
+    """The replay's sampling generator state, for checkpoint metadata (before a held
+    prefetch's draw, as ``state_dict``)."""
+    held = self._prefetched
+    return {"replay": self.replay.rng_state if held is None else held[1]["rng"]}
 
   def start_clock(self) -> None:
     """Starts the ``max_train_frequency`` clock (when actors start)."""
@@ -250,16 +253,19 @@ class ReplaySource:
   def prefetch(self, opt_steps: int) -> None:
     """Draws the next call's sample now, if one may run (``sample`` then returns it): the
     lock-step loop samples while XLA computes the update in flight. Items added after it are
-    not in that sample, so the loop calls it only once its insert for the call is in; and no
-    checkpoint is taken while one is held (the replay's generator has moved on)."""
+    not in that sample, so the loop calls it only once its insert for the call is in. A
+    checkpoint taken while one is held (a run ended by an error before its next call) saves
+    the source as it was before the draw: a resumed run draws that sample again."""
     if self._prefetched is None and self.can_sample(opt_steps):
-      self._prefetched = self._draw(opt_steps)
+      before = {"rng": self.replay.rng_state, "sampled": self.sampled,
+                **(self.limiter.state_dict() if self.limiter is not None else {})}
+      self._prefetched = (self._draw(opt_steps), before)
 
   def sample(self, opt_steps: int) -> Sample:
     """``k`` batches, leaves ``[k, batch_size, ...]``; a prioritized replay draws ``k``
     independently stratified batches, each with its own weight normalisation."""
     if self._prefetched is not None:
-      sample, self._prefetched = self._prefetched, None
+      (sample, _), self._prefetched = self._prefetched, None
       return sample
     return self._draw(opt_steps)
 
@@ -332,9 +338,14 @@ class ReplaySource:
     """The replay's contents (a copy of its filled slots: cursor, priorities, its generator)
     and the counts the limiter reads; what a resumed run needs to sample exactly as this one
     would have."""
-    return {"replay": self.replay.state_dict(), "inserted": self.inserted,
-            "sampled": self.sampled, "env_steps": self.env_steps,
-            **(self.limiter.state_dict() if self.limiter is not None else {})}
+    state = {"replay": self.replay.state_dict(), "inserted": self.inserted,
+             "sampled": self.sampled, "env_steps": self.env_steps,
+             **(self.limiter.state_dict() if self.limiter is not None else {})}
+    if self._prefetched is not None:  # (as before the held sample's draw: see prefetch)
+      before = dict(self._prefetched[1])
+      state["replay"]["rng"] = before.pop("rng")
+      state.update(before)
+    return state
 
   def load_state_dict(self, state: dict) -> None:
     self.replay.load_state_dict(state["replay"])
