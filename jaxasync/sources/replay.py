@@ -205,8 +205,12 @@ class ReplaySource:
   def rng_states(self) -> dict:
     """The replay's sampling generator state, for checkpoint metadata (before a held
     prefetch's draw, as ``state_dict``)."""
+    return {"replay": self._saved_rng_state()}
+
+  def _saved_rng_state(self) -> dict:
+    """The replay generator's state as a checkpoint holds it: before a held prefetch's draw."""
     held = self._prefetched
-    return {"replay": self.replay.rng_state if held is None else held[1]["rng"]}
+    return self.replay.rng_state if held is None else held[1]["rng"]
 
   def start_clock(self) -> None:
     """Starts the ``max_train_frequency`` clock (when actors start)."""
@@ -342,9 +346,8 @@ class ReplaySource:
              "sampled": self.sampled, "env_steps": self.env_steps,
              **(self.limiter.state_dict() if self.limiter is not None else {})}
     if self._prefetched is not None:  # (as before the held sample's draw: see prefetch)
-      before = dict(self._prefetched[1])
-      state["replay"]["rng"] = before.pop("rng")
-      state.update(before)
+      state.update({k: v for k, v in self._prefetched[1].items() if k != "rng"})
+      state["replay"]["rng"] = self._saved_rng_state()
     return state
 
   def load_state_dict(self, state: dict) -> None:
