@@ -111,6 +111,12 @@ class Agent(abc.ABC):
   def policy_params(self, state: PyTree) -> PyTree:
     """The part of ``state`` actors need (published every ``sync_interval`` SGD steps)."""
 
+  def evaluation_params(self, state: PyTree) -> PyTree:
+    """The params the evaluations, the best checkpoint's score, ``enjoy`` and the videos run:
+    ``policy_params(state)`` unless the agent evaluates another copy of its policy (DQN's
+    target network, ``DQNConfig.evaluate``); the same pytree structure as ``policy_params``."""
+    return self.policy_params(state)
+
   # --- actor side ------------------------------------------------------------------------
   @abc.abstractmethod
   def initial_actor_state(self, context: ActorContext) -> PyTree:

@@ -107,7 +107,7 @@ def eval_factory(record: dict, env_id: str | None) -> ja.VectorEnvFactory:
 
 def restore_agent(record: dict, directory: Path,
                   env: ja.VectorEnvFactory) -> tuple[ja.Agent, Any, dict]:
-  """The run's agent on ``env``'s spaces and the policy params of the checkpoint in
+  """The run's agent on ``env``'s spaces and the evaluation params of the checkpoint in
   ``directory``; returns ``(agent, params, meta)``."""
   agent_cls = experiment.imported(record["agent"]["class"])
   config = experiment.rebuilt(record["agent"]["config"])
@@ -118,7 +118,7 @@ def restore_agent(record: dict, directory: Path,
   except (ValueError, OSError) as e:
     raise ja.ConfigError(f"{directory} cannot be restored into the run's agent ({e}); is it "
                          "a checkpoint of this run?") from None
-  return agent, agent.policy_params(state), meta
+  return agent, agent.evaluation_params(state), meta
 
 
 def enjoy(args: EnjoyArgs) -> dict:

@@ -907,7 +907,7 @@ def _train(args: RunArgs, title: str, agent: ja.Agent, agent_factory: Callable[[
       raise
     if videos is not None:
       if not trainer.ledger.interrupted:  # the final params too, as the final evaluation
-        videos.submit(trainer.learner.policy_params(), trainer.learner.opt_steps)
+        videos.submit(trainer.learner.evaluation_params(), trainer.learner.opt_steps)
       try:
         videos.close()  # (waits for the videos in flight; raises what one of them met)
       finally:

@@ -126,6 +126,9 @@ class Learner:
   def policy_params(self) -> PyTree:
     return self.agent.policy_params(self.state)
 
+  def evaluation_params(self) -> PyTree:
+    return self.agent.evaluation_params(self.state)
+
   def model_info(self, host: bool = True) -> ModelInfo:
     """Copies of the policy params (never the buffers the next update donates) with the
     current version: host (numpy) copies, or with ``host=False`` copies on the learner's

@@ -534,7 +534,7 @@ class LearnerLoop:
     lockstep = isinstance(self.feed, LockstepFeed)
     if lockstep:
       self.feed.stage = "evaluation"
-    worker.submit(learner.opt_steps, self.env_steps, host_copy(learner.policy_params()),
+    worker.submit(learner.opt_steps, self.env_steps, host_copy(learner.evaluation_params()),
                   host_copy(learner.state) if self.config.logdir else None,
                   run.elapsed())
     if lockstep:  # a synchronous run waits for its evaluation: deterministic, and in order
@@ -656,7 +656,7 @@ class LearnerLoop:
       if error is None and not worker.alive:  # (the worker's own error is in error)
         # The last evaluation may predate the last update call.
         run.evaluate_final(
-            lambda: self.evaluator.evaluate(host_copy(learner.policy_params())),
+            lambda: self.evaluator.evaluate(host_copy(learner.evaluation_params())),
             self.env_steps)
     except Exception as eval_error:
       error = eval_error

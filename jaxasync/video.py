@@ -154,7 +154,7 @@ class VideoHook:
     self._thread.start()
 
   def __call__(self, loop) -> None:
-    self.submit(loop.learner.policy_params(), loop.learner.opt_steps)
+    self.submit(loop.learner.evaluation_params(), loop.learner.opt_steps)
 
   def submit(self, params: Any, opt_steps: int) -> None:
     """Records ``params`` (copied to the host now) as ``<opt_steps>.<ext>``, in the background."""

@@ -306,3 +306,28 @@ def test_the_lockstep_actor_on_a_replay_chooses_its_actions_before_the_calls(
           if "policy_lag_min" in v]
   assert len(lags) == 5 and lags[0][1] == 0  # (the first window holds the warmup's steps)
   assert all(lo == hi == lag for _, lo, hi in lags[1:]), lags
+
+
+@pytest.mark.parametrize("evaluate", ["online", "target"])
+def test_evaluations_run_the_network_the_config_names(cartpole_spaces, evaluate):
+  """DQNConfig.evaluate: every evaluation (interim and final) runs the online network's
+  params or the target network's, which differ while training (Polyak averaging)."""
+  agent = _dqn(cartpole_spaces, hidden_sizes=(16,), batch_size=32, evaluate=evaluate,
+               data=ReplayConfig(warmup_period=64))
+  trainer = Trainer(agent, CARTPOLE, RunConfig(max_opts=100, eval_interval=64, eval_episodes=1,
+                                               progress=False))
+  evaluated, evaluate_params = [], trainer.evaluator.evaluate
+
+  def recording(params):
+    state = trainer.learner.state  # (the lock-step loop waits for its evaluations)
+    evaluated.append((params, jax.device_get(state.params), jax.device_get(state.target_params)))
+    return evaluate_params(params)
+
+  trainer.evaluator.evaluate = recording
+  trainer.train()
+  assert len(evaluated) == 2
+  for params, online, target in evaluated:
+    expected, other = (online, target) if evaluate == "online" else (target, online)
+    chex.assert_trees_all_equal(params, expected)
+    assert not all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(params),
+                                                          jax.tree.leaves(other)))

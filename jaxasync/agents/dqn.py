@@ -87,6 +87,10 @@ class DQNConfig:
       apex_epsilon^(1 + apex_alpha * i / (N - 1)).
     apex_alpha: Ape-X ladder exponent (see apex_epsilon).
     eval_epsilon: epsilon-greedy exploration during evaluation (0: greedy).
+    evaluate: which network the evaluations, the best checkpoint's score, ``enjoy`` and the
+      videos run: 'online' (the one actors act with) or 'target' (with Polyak targets an
+      average of the online network over the last ~1/tau SGD steps, so its greedy policy
+      flips less often between evaluations; it costs nothing: the learner keeps it anyway).
     noisy: NoisyNet head(s) (factorized Gaussian) instead of epsilon-greedy exploration;
       epsilon() is then 0.
     noisy_sigma0: initial noise scale sigma0 of the noisy layers (0.5 in Rainbow).
@@ -115,6 +119,7 @@ class DQNConfig:
   apex_epsilon: float = 0.4
   apex_alpha: float = 7.0
   eval_epsilon: float = 0.0
+  evaluate: Literal["online", "target"] = "online"
   noisy: bool = False
   noisy_sigma0: float = 0.5
   data: Annotated[ReplayConfig, tyro.conf.arg(name="")] = dataclasses.field(
@@ -129,6 +134,8 @@ class DQNConfig:
     if not (0.0 <= self.eps_end <= 1.0 and 0.0 <= self.eps_start <= 1.0
             and 0.0 <= self.eval_epsilon <= 1.0):
       raise ConfigError("eps_start and eps_end must be in [0, 1], and so must eval_epsilon.")
+    if self.evaluate not in ("online", "target"):
+      raise ConfigError(f"evaluate must be 'online' or 'target', got {self.evaluate!r}.")
     if self.exploration not in ("schedule", "apex"):
       raise ConfigError(f"exploration must be 'schedule' or 'apex', got {self.exploration!r}.")
     if self.exploration == "apex" and self.noisy:
@@ -255,6 +262,10 @@ class DQN(EpsilonGreedyActing, Agent):
   def policy_params(state: DQNState) -> PyTree:
     """The part of the state actors need."""
     return state.params
+
+  def evaluation_params(self, state: DQNState) -> PyTree:
+    """The online network's params, or the target network's (``DQNConfig.evaluate``)."""
+    return state.target_params if self.config.evaluate == "target" else state.params
 
   def epsilon(self, env_steps: int) -> float:
     """The exploration schedule's epsilon; 0 for noisy agents (the noise explores)."""
