@@ -87,7 +87,7 @@ class DQNConfig:
       apex_epsilon^(1 + apex_alpha * i / (N - 1)).
     apex_alpha: Ape-X ladder exponent (see apex_epsilon).
     eval_epsilon: epsilon-greedy exploration during evaluation (0: greedy).
-    evaluate: which network the evaluations, the best checkpoint's score, ``enjoy`` and the
+    evaluate: which network the evaluations, the best checkpoint's score, enjoy and the
       videos run: 'online' (the one actors act with) or 'target' (with Polyak targets an
       average of the online network over the last ~1/tau SGD steps, so its greedy policy
       flips less often between evaluations; it costs nothing: the learner keeps it anyway).

@@ -42,8 +42,10 @@ def cartpole_agent() -> ja.DQNConfig:
   # per env step). 64x64 layers: LayerNorm's reductions made a 128x128 SGD step ~1.4x the
   # old default's on a CPU, and the learner sets an async run's pace; at 64x64 the step costs
   # ~0.55x of 128x128's and the tuning seeds held as many runs.
+  # Evaluations run the target network (Polyak: the online one averaged over ~200 SGD steps):
+  # the same training, fewer evaluations caught in a passing flip of the greedy policy.
   return ja.DQNConfig(loss=ja.Munchausen(double_q=True, bound_targets=True), layer_norm=True,
-                      hidden_sizes=(64, 64),
+                      hidden_sizes=(64, 64), evaluate="target",
                       data=ja.ReplayConfig(n_step=5, samples_per_insert=64.0))
 
 
