@@ -27,9 +27,10 @@ Rows (ROWS below; add one per algorithm and env):
                              the --preset mujoco runs (SAC/TD3 300k env steps, PPO 1M); target
                              the published mean at that budget (MUJOCO_PUBLISHED), hold 0.8 of
                              it; only when named in --rows.
-  {ppo,dqn}-minatar-{breakout,spaceinvaders,asterix,freeway,seaquest}
-                             the --preset minatar runs (PPO 5M env steps, DQN 2M); target issue
-                             32's bar (MINATAR_TARGETS), hold 0.8 of it; only when named.
+  {ppo,impala,dqn}-minatar-{breakout,spaceinvaders,asterix,freeway,seaquest}
+                             the --preset minatar runs (PPO and IMPALA 5M env steps, DQN 2M);
+                             target issue 32's bar (MINATAR_TARGETS; IMPALA takes PPO's), hold
+                             0.8 of it; only when named.
 Modes: sync (--mode sync), thread (--mode thread), process (--mode process), ray (--mode ray: a
 local Ray instance; only when named in --modes).
 
@@ -209,15 +210,16 @@ ROWS: dict[str, Row] = {
                                  timeout=2 * 3600.0)
        for env in MUJOCO_ENVS},
     # MinAtar, only when asked for, at issue 32's 2-core budgets: PPO (gymnax-blines' preset)
-    # 5M env steps (they publish 10M), DQN (Revisiting Rainbow's) 2M (500k SGD steps); targets
-    # MINATAR_TARGETS.
-    **{f"ppo-minatar-{game.lower()}": Row("experiments/ppo.py",
-                                          ("--preset", "minatar", "--env-id",
-                                           f"MinAtar/{game}-v1", "--max-env-steps", "5000000"),
-                                          target=MINATAR_TARGETS["ppo", game],
-                                          hold=0.8 * MINATAR_TARGETS["ppo", game],
-                                          default=False, timeout=2 * 3600.0)
-       for game in MINATAR_GAMES},
+    # and IMPALA 5M env steps (gymnax-blines publish 10M), DQN (Revisiting Rainbow's) 2M (500k
+    # SGD steps); targets MINATAR_TARGETS, IMPALA's PPO's (nobody publishes IMPALA on MinAtar:
+    # the on-policy bar).
+    **{f"{algo}-minatar-{game.lower()}": Row(f"experiments/{algo}.py",
+                                             ("--preset", "minatar", "--env-id",
+                                              f"MinAtar/{game}-v1", "--max-env-steps", "5000000"),
+                                             target=MINATAR_TARGETS["ppo", game],
+                                             hold=0.8 * MINATAR_TARGETS["ppo", game],
+                                             default=False, timeout=2 * 3600.0)
+       for algo in ("ppo", "impala") for game in MINATAR_GAMES},
     **{f"dqn-minatar-{game.lower()}": Row("experiments/dqn.py",
                                           ("--preset", "minatar", "--env-id",
                                            f"MinAtar/{game}-v1", "--max-env-steps", "2000000"),

@@ -14,6 +14,7 @@ pytest.importorskip("minatar")
 from helpers import rainbow_module  # noqa: E402
 
 import jaxasync as ja  # noqa: E402
+from jaxasync import experiment  # noqa: E402
 from jaxasync.errors import ConfigError
 from jaxasync.envs import spaces_of  # noqa: E402
 from jaxasync.agents.q_network import QNetwork  # noqa: E402
@@ -199,6 +200,28 @@ def test_ppo_minatar_preset_runs_end_to_end(tmp_path):
                               logdir=str(tmp_path)))
   summary = ppo.main(args)
   assert summary["opt_steps"] == 3 and summary["env_steps"] == 4 * 128 * 3
+  assert len(summary["evals"]) >= 2 and (tmp_path / "summary.json").exists()
+
+
+def test_impala_minatar_preset_runs_end_to_end(tmp_path):
+  import impala  # experiments/impala.py
+  assert impala.parse([]).preset == "cartpole" and impala.parse([]).agent.target_kl_cost == 1.0
+  args = impala.parse(["--preset", "minatar", "--env-id", "MinAtar/Seaquest-v1"])
+  a = args.agent
+  assert args.env_id == "MinAtar/Seaquest-v1" and args.anneal_lr
+  assert (a.learning_rate, a.gamma, a.entropy_cost, a.max_grad_norm, a.target_kl_cost) == (
+      6e-4, 0.99, 0.01, 0.5, 0.0)
+  assert args.actors.num_envs * a.data.unroll_length * a.batch_size == 32 * 20
+  assert (a.torso, tuple(a.hidden_sizes), a.eval_greedy) == ("mlp", (256, 256), False)
+  # Annealed over the SGD steps 5M env steps pay for (640 env steps each).
+  assert experiment.annealed_agent(args).learning_rate_decay_steps == 5_000_000 // 640
+  args = dataclasses.replace(
+      args, actors=dataclasses.replace(args.actors, mode="sync", num_envs=4),
+      run=dataclasses.replace(args.run, max_env_steps=4 * 20 * 3, eval_interval=2,
+                              eval_episodes=1, save_interval=0, progress=False,
+                              logdir=str(tmp_path)))
+  summary = impala.main(args)
+  assert summary["opt_steps"] == 3 and summary["env_steps"] == 4 * 20 * 3
   assert len(summary["evals"]) >= 2 and (tmp_path / "summary.json").exists()
 
 
