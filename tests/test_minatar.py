@@ -150,6 +150,18 @@ def _tiny_replay_run(args, tmp_path):
                                                                      replay_capacity=500)))
 
 
+def _unroll_run_of_three_sgd_steps(module, args, tmp_path) -> None:
+  """Runs an unroll preset's ``args`` cut to 3 lock-step SGD steps on 4 envs; checks them."""
+  steps = 4 * args.agent.data.unroll_length * args.agent.batch_size * 3
+  args = dataclasses.replace(
+      args, actors=dataclasses.replace(args.actors, mode="sync", num_envs=4),
+      run=dataclasses.replace(args.run, max_env_steps=steps, eval_interval=2, eval_episodes=1,
+                              save_interval=0, progress=False, logdir=str(tmp_path)))
+  summary = module.main(args)
+  assert summary["opt_steps"] == 3 and summary["env_steps"] == steps
+  assert len(summary["evals"]) >= 2 and (tmp_path / "summary.json").exists()
+
+
 def test_rainbow_minatar_preset_runs_end_to_end(tmp_path):
   rb = rainbow_module()
   args = rb.parse(["--preset", "minatar"])
@@ -193,14 +205,7 @@ def test_ppo_minatar_preset_runs_end_to_end(tmp_path):
       5e-4, 0.999, 4, 8, 0.01)
   assert args.actors.num_envs * a.data.unroll_length == 64 * 128
   assert (a.torso, tuple(a.hidden_sizes), a.eval_greedy) == ("mlp", (256, 256), False)
-  args = dataclasses.replace(
-      args, actors=dataclasses.replace(args.actors, mode="sync", num_envs=4),
-      run=dataclasses.replace(args.run, max_env_steps=4 * 128 * 3, eval_interval=2,
-                              eval_episodes=1, save_interval=0, progress=False,
-                              logdir=str(tmp_path)))
-  summary = ppo.main(args)
-  assert summary["opt_steps"] == 3 and summary["env_steps"] == 4 * 128 * 3
-  assert len(summary["evals"]) >= 2 and (tmp_path / "summary.json").exists()
+  _unroll_run_of_three_sgd_steps(ppo, args, tmp_path)
 
 
 def test_impala_minatar_preset_runs_end_to_end(tmp_path):
@@ -215,14 +220,7 @@ def test_impala_minatar_preset_runs_end_to_end(tmp_path):
   assert (a.torso, tuple(a.hidden_sizes), a.eval_greedy) == ("mlp", (256, 256), False)
   # Annealed over the SGD steps 5M env steps pay for (640 env steps each).
   assert experiment.annealed_agent(args).learning_rate_decay_steps == 5_000_000 // 640
-  args = dataclasses.replace(
-      args, actors=dataclasses.replace(args.actors, mode="sync", num_envs=4),
-      run=dataclasses.replace(args.run, max_env_steps=4 * 20 * 3, eval_interval=2,
-                              eval_episodes=1, save_interval=0, progress=False,
-                              logdir=str(tmp_path)))
-  summary = impala.main(args)
-  assert summary["opt_steps"] == 3 and summary["env_steps"] == 4 * 20 * 3
-  assert len(summary["evals"]) >= 2 and (tmp_path / "summary.json").exists()
+  _unroll_run_of_three_sgd_steps(impala, args, tmp_path)
 
 
 def test_dqn_minatar_preset_runs_end_to_end(tmp_path):
