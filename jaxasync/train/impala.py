@@ -70,10 +70,10 @@ class Args(experiment.AnnealedRunArgs):
 
 
 def minatar_preset() -> Args:
-  """The MinAtar games (no published IMPALA settings for them exist: these are the IMPALA
-  paper's Atari learner on the network and unroll sizes of the PPO preset's gymnax-blines
-  settings): unrolls of 20 steps (the paper's) from 32 envs, one unroll (640 transitions, the
-  paper's 32 x 20) per SGD step, each used once; Adam 6e-4 (the paper's RMSProp step size)
+  """The MinAtar games, with the IMPALA paper's Atari learner on the PPO preset's network (we
+  found no published IMPALA settings for MinAtar to follow): unrolls of 20 steps (the
+  paper's) from 32 envs, one unroll (640 transitions, the paper's 32 x 20) per SGD step, each
+  used once; Adam 6e-4 (the paper's RMSProp step size)
   annealed linearly to 0 over the run, entropy cost 0.01, baseline cost 0.5, gamma 0.99,
   V-trace with rho-bar = c-bar = 1; separate 256x256 ReLU torsos on the flattened 10x10xC grid
   with orthogonal init (the PPO preset's). Not the paper's: a global-norm gradient clip of 0.5
