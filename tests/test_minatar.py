@@ -215,7 +215,7 @@ def test_impala_minatar_preset_runs_end_to_end(tmp_path):
   a = args.agent
   assert args.env_id == "MinAtar/Seaquest-v1" and args.anneal_lr
   assert (a.learning_rate, a.gamma, a.entropy_cost, a.max_grad_norm, a.target_kl_cost) == (
-      6e-4, 0.99, 0.01, 0.5, 0.0)
+      3e-4, 0.99, 0.01, 0.5, 0.0)
   assert args.actors.num_envs * a.data.unroll_length * a.batch_size == 32 * 20
   assert (a.torso, tuple(a.hidden_sizes), a.eval_greedy) == ("mlp", (256, 256), False)
   # Annealed over the SGD steps 5M env steps pay for (640 env steps each).
