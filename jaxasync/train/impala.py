@@ -73,9 +73,9 @@ def minatar_preset() -> Args:
   """The MinAtar games, with the IMPALA paper's Atari learner on the PPO preset's network (we
   found no published IMPALA settings for MinAtar to follow): unrolls of 20 steps (the
   paper's) from 32 envs, one unroll (640 transitions, the paper's 32 x 20) per SGD step, each
-  used once; Adam 3e-4 (half the paper's RMSProp 6e-4: at 6e-4 Breakout's evaluations fell
-  to 0 from 330k env steps on and its policy later lost all entropy; docs/) annealed
-  linearly to 0 over the run, entropy cost 0.01, baseline cost 0.5, gamma 0.99,
+  used once; Adam 3e-4 (half the paper's RMSProp 6e-4: at 6e-4 Breakout's policy lost all
+  its entropy by 470k env steps and scored 0 from there; docs/) annealed linearly to 0 over
+  the run, entropy cost 0.01, baseline cost 0.5, gamma 0.99,
   V-trace with rho-bar = c-bar = 1; separate 256x256 ReLU torsos on the flattened 10x10xC grid
   with orthogonal init (the PPO preset's). Not the paper's: a global-norm gradient clip of 0.5
   rather than 40 (the losses here are means over the unroll, so 40 never binds; 0.5 is
