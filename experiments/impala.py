@@ -1,10 +1,12 @@
 """IMPALA (V-trace), synchronous or asynchronous, on any gymnasium env with Box observations
 and Discrete actions (a categorical policy) or a bounded one-axis Box of actions (a diagonal
-Gaussian, its samples clipped to the Box; the presets are tuned for CartPole: pass --env-id).
+Gaussian, its samples clipped to the Box; the cartpole preset is tuned for CartPole: pass
+--env-id).
 
   python experiments/impala.py                        # CartPole-v1, one actor process
   python experiments/impala.py --mode sync --seed 3   # lock-step: every unroll from the newest params
   python experiments/impala.py --num-actors 2 --agent.max-policy-lag 8
+  python experiments/impala.py --preset minatar --env-id MinAtar/Freeway-v1  # the MinAtar games
   python experiments/impala.py --help                 # every flag
 
 The tuned defaults, the reasons for them and the flags are in jaxasync/train/impala.py, which

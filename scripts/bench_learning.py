@@ -211,8 +211,8 @@ ROWS: dict[str, Row] = {
        for env in MUJOCO_ENVS},
     # MinAtar, only when asked for, at issue 32's 2-core budgets: PPO (gymnax-blines' preset)
     # and IMPALA 5M env steps (gymnax-blines publish 10M), DQN (Revisiting Rainbow's) 2M (500k
-    # SGD steps); targets MINATAR_TARGETS, IMPALA's PPO's (nobody publishes IMPALA on MinAtar:
-    # the on-policy bar).
+    # SGD steps); targets MINATAR_TARGETS, IMPALA's PPO's (we found no published IMPALA MinAtar
+    # results: the on-policy bar).
     **{f"{algo}-minatar-{game.lower()}": Row(f"experiments/{algo}.py",
                                              ("--preset", "minatar", "--env-id",
                                               f"MinAtar/{game}-v1", "--max-env-steps", "5000000"),

@@ -1,13 +1,14 @@
 """How a CartPole run's saved policy ends its episodes: the pole's angle or the cart's position.
 
-  python scripts/cartpole_failures.py RUN_DIR                     # the final checkpoint, 10 episodes
+  python scripts/cartpole_failures.py RUN_DIR        # the final checkpoint, 10 episodes
   python scripts/cartpole_failures.py RUN_DIR --checkpoint best --episodes 20
 
 Restores the checkpoint's evaluation params as `python -m jaxasync.enjoy` does (the network the
-run's config evaluates), plays --episodes greedy episodes of CartPole-v1 (env seeds --seed,
---seed + 1, ...) and prints, per episode, its length and how it ended: "angle" (|theta| >
-12 degrees), "position" (|x| > 2.4) or "time limit", with the cart's position and the pole's
-angle at the end and the largest |x| on the way. A policy that balances but drifts off the
+run's config evaluates), plays --episodes episodes of CartPole-v1 with its evaluation policy
+(any agent: DQN's greedy actions, an actor-critic's mode; env seeds --seed, --seed + 1, ...)
+and prints, per episode, its length and how it ended: "angle" (|theta| > 12 degrees),
+"position" (|x| > 2.4) or "time limit", with the cart's position and the pole's angle at the
+end and the largest |x| on the way. A policy that balances but drifts off the
 track fails differently from one whose balance breaks down; the two call for different
 fixes.
 """
@@ -19,6 +20,7 @@ import gymnasium as gym
 import numpy as np
 
 from jaxasync import enjoy
+from jaxasync.agent import ActorContext
 
 X_LIMIT, THETA_LIMIT = 2.4, 12 * 2 * np.pi / 360  # gymnasium's CartPole-v1 thresholds
 
@@ -33,8 +35,9 @@ def ending(obs: np.ndarray, terminated: bool) -> str:
 
 def episode_endings(run_dir: Path, checkpoint: str = "final", episodes: int = 10,
                     seed: int = 1000) -> list[dict]:
-  """Greedy CartPole-v1 episodes of the run's checkpoint (env seeds ``seed``, ``seed + 1``,
-  ...): per episode its length, ``ending``, last x and theta and largest |x|."""
+  """CartPole-v1 episodes of the run's checkpoint, its evaluation policy acting (env seeds
+  ``seed``, ``seed + 1``, ...): per episode its length, ``ending``, last x and theta and
+  largest |x|."""
   record = enjoy.load_record(run_dir)
   factory = enjoy.eval_factory(record, None)
   agent, params, _ = enjoy.restore_agent(record, enjoy.checkpoint_dir(run_dir, checkpoint),
@@ -44,10 +47,11 @@ def episode_endings(run_dir: Path, checkpoint: str = "final", episodes: int = 10
   rows = []
   for episode in range(episodes):
     obs, _ = env.reset(seed=seed + episode)
+    actor_state = agent.initial_actor_state(ActorContext(num_envs=1, evaluation=True))
     length, max_x = 0, 0.0
     while True:
-      action = int(agent.policy(params, obs[None].astype(np.float32), rng, explore=False)[0])
-      obs, _, terminated, truncated, _ = env.step(action)
+      action, _, actor_state = agent.act(params, obs[None], actor_state, rng, explore=False)
+      obs, _, terminated, truncated, _ = env.step(int(action[0]))
       length, max_x = length + 1, max(max_x, abs(float(obs[0])))
       if terminated or truncated:
         break

@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 import tyro
 
 from helpers import load_script
 
 import dqn  # experiments/dqn.py
+import ppo
 
 cf = load_script(Path(__file__).parents[1] / "scripts" / "cartpole_failures.py",
                  "jaxasync_scripts_cartpole_failures")
@@ -23,11 +25,15 @@ def test_ending_names_the_limit_crossed():
   assert cf.ending(np.array([0.46, 0.0, 0.022, 0.0]), terminated=False) == "time limit"
 
 
-def test_a_saved_run_is_played_and_each_episode_classified(tmp_path):
+@pytest.mark.parametrize("script, flags", [
+    (dqn, ["--max-opts", "200", "--agent.warmup-period", "200", "--eval-interval", "100",
+           "--agent.hidden-sizes", "16"]),
+    (ppo, ["--max-env-steps", "2560", "--eval-interval", "5"]),  # an actor-critic's mode
+])
+def test_a_saved_run_is_played_and_each_episode_classified(script, flags, tmp_path):
   logdir = tmp_path / "run"
-  dqn.main(tyro.cli(dqn.Args, args=[
-      "--mode", "sync", "--no-progress", "--logdir", str(logdir), "--max-opts", "200",
-      "--agent.warmup-period", "200", "--eval-interval", "100", "--agent.hidden-sizes", "16"]))
+  script.main(tyro.cli(script.Args, args=["--mode", "sync", "--no-progress", "--logdir",
+                                          str(logdir), *flags]))
   rows = cf.episode_endings(logdir, "final", episodes=3, seed=7)
   assert len(rows) == 3 and rows == cf.episode_endings(logdir, "final", episodes=3, seed=7)
   for row in rows:

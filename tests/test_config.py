@@ -57,6 +57,7 @@ def test_the_trainer_refuses_it_before_building_anything():
 @pytest.mark.parametrize("module, argv", [
     (dqn, ["--mode", "sync"]),  # sync_interval=10 (the scripts' async publication)
     (impala, ["--mode", "sync"]),  # sync_interval=1, pin_cpus (on_policy_actors)
+    (impala, ["--preset", "minatar", "--mode", "sync"]),  # the preset's num_envs, pin_cpus
     (pqn, []),  # the cartpole preset is lock-step
     (pqn, ["--preset", "minatar", "--mode", "sync"]),  # the preset's sync_interval, pin_cpus
     (rainbow, ["--preset", "atari", "--mode", "sync"]),

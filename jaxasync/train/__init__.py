@@ -4,7 +4,7 @@
   python -m jaxasync.train rainbow [flags]    # Rainbow: --preset cartpole | minatar | atari
   python -m jaxasync.train sac [flags]        # SAC, Pendulum-v1
   python -m jaxasync.train td3 [flags]        # TD3, Pendulum-v1; --preset mujoco
-  python -m jaxasync.train impala [flags]     # IMPALA (V-trace), CartPole-v1
+  python -m jaxasync.train impala [flags]     # IMPALA (V-trace), CartPole-v1; --preset minatar
   python -m jaxasync.train ppo [flags]        # PPO, CartPole-v1
   python -m jaxasync.train pqn [flags]        # PQN (Q(lambda), no replay, no target net), CartPole-v1
   python -m jaxasync.train ALGO --help        # every flag of one

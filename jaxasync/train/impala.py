@@ -1,12 +1,16 @@
 """IMPALA (V-trace), synchronous or asynchronous, on any gymnasium env with Box observations
 and Discrete actions (a categorical policy) or a bounded one-axis Box of actions (a diagonal
-Gaussian, its samples clipped to the Box; the presets are tuned for CartPole: pass --env-id).
+Gaussian, its samples clipped to the Box; the cartpole preset is tuned for CartPole: pass
+--env-id).
 
   python -m jaxasync.train impala                        # CartPole-v1, one actor process
   python -m jaxasync.train impala --mode sync --seed 3   # lock-step: every unroll from the newest params
   python -m jaxasync.train impala --num-actors 2 --agent.max-policy-lag 8
   python -m jaxasync.train impala --preset minatar --env-id MinAtar/Freeway-v1  # the MinAtar games
+  python -m jaxasync.train impala --preset minatar --help  # every flag, with that preset's defaults
   python -m jaxasync.train impala --help                 # every flag
+
+A preset only sets defaults: any flag given after it overrides them.
 
 Actors push unrolls of --agent.unroll-length steps of their --num-envs sub-envs with the
 behaviour policy; the learner takes --agent.batch-size unrolls per SGD step, oldest first,
