@@ -110,8 +110,8 @@ def parse(argv: list[str] | None = None) -> Args:
 
 
 def main(args: Args) -> dict:
-  title = "IMPALA" if args.preset == "cartpole" else f"IMPALA, preset {args.preset}"
-  return experiment.run(args, title, ja.IMPALA, experiment.annealed_agent(args))
+  return experiment.run(args, f"IMPALA, preset {args.preset}", ja.IMPALA,
+                        experiment.annealed_agent(args))
 
 
 def cli(argv: list[str] | None = None) -> None:
