@@ -1,0 +1,49 @@
+"""scripts/bench_minatar.py: each MinAtar preset's steady pace against the env alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from helpers import load_script
+
+pytest.importorskip("minatar")
+
+bm = load_script(Path(__file__).parents[1] / "scripts" / "bench_minatar.py",
+                 "jaxasync_scripts_bench_minatar")
+
+
+def test_steady_rate_is_the_slope_after_the_warmup():
+  # (step, wall_time, value): 100 env steps/s to t=15, then 300/s. A warmup of 5 s from the
+  # first record (t=10) leaves t=15, 17 and 19: (1700 - 500) / (19 - 15) = 300.
+  rows = [(1, 10.0, 0.0), (2, 12.0, 200.0), (3, 15.0, 500.0), (4, 17.0, 1100.0),
+          (5, 19.0, 1700.0)]
+  assert bm.steady_rate(rows, warmup=5.0) == 300.0
+  assert bm.steady_rate(rows, warmup=0.0) == pytest.approx(1700.0 / 9.0)
+  assert bm.steady_rate(rows, warmup=8.5) is None  # one record left: no slope
+  assert bm.steady_rate([], warmup=0.0) is None
+
+
+def test_sgd_steps_per_opt_reads_epochs_and_minibatches():
+  assert bm.sgd_steps_per_opt({"agent.num_epochs": 2, "agent.num_minibatches": 32}) == 64
+  assert bm.sgd_steps_per_opt({"agent.learning_rate": 1e-4}) == 1  # DQN, IMPALA: one per opt
+
+
+def test_env_ceiling_steps_the_game_alone():
+  assert bm.env_ceiling("MinAtar/Breakout-v1", num_envs=4, duration=0.3, seed=0) > 100
+
+
+@pytest.mark.slow
+def test_a_preset_run_gives_its_pace_and_where_its_time_goes(tmp_path):
+  args = bm.Args(algos=("impala",), duration=25.0, warmup=0.5, record_seconds=0.3,
+                 env_duration=0.5, logdir=str(tmp_path))
+  [row] = bm.main(args)["presets"]
+  assert row["algo"] == "impala" and row["num_envs"] == 32 and row["num_actors"] == 1
+  assert row["env_steps_per_sec"] > 0 and row["sgd_steps_per_opt"] == 1
+  assert row["sgd_steps_per_sec"] == pytest.approx(row["opt_steps_per_sec"])
+  assert 0 < row["of_ceiling"] < 1.5
+  fractions = row["stage_fractions"]
+  # The learner thread's stages; the rest of its time ("other") is its loop and records.
+  assert 0 < fractions["update"] <= 1 and sum(fractions.values()) <= 1 + 1e-6
+  assert row["bottleneck"]
