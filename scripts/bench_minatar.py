@@ -24,6 +24,7 @@ Run (from the repository root; about 2 min per preset at the default duration):
   python scripts/bench_minatar.py                                   # every preset, Breakout
   python scripts/bench_minatar.py --algos ppo pqn --duration 60 --env-id MinAtar/Asterix-v1
   python scripts/bench_minatar.py --json /tmp/minatar_throughput.json
+  python scripts/bench_minatar.py --algos ppo pqn --extra="--no-pin-cpus"  # a setting tried on each
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -72,6 +74,9 @@ class Args:
   env_duration: float = 10.0
   """seconds the env alone is stepped, per distinct number of sub-envs."""
   seed: int = 0
+  extra: str = ""
+  """flags appended to every run's command, as one string (write the '=': --extra="--no-pin-cpus"),
+  as in bench_learning.py."""
   logdir: str | None = None
   """where the runs write (default: a temporary directory, removed at the end)."""
   json: str | None = None
@@ -120,7 +125,7 @@ def run_preset(algo: Algo, args: Args, logdir: Path) -> dict:
   command = [sys.executable, f"experiments/{algo}.py", "--preset", "minatar",
              "--env-id", args.env_id, "--seed", str(args.seed), "--duration", str(args.duration),
              "--eval-interval", "0", "--eval-episodes", "1", "--record-interval", str(record_interval),
-             "--logdir", str(logdir), "--no-progress"]
+             "--logdir", str(logdir), "--no-progress", *shlex.split(args.extra)]
   logdir.mkdir(parents=True, exist_ok=True)
   with open(logdir / "log.txt", "w") as log:
     proc = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
