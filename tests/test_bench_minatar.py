@@ -47,3 +47,23 @@ def test_a_preset_run_gives_its_pace_and_where_its_time_goes(tmp_path):
   # The learner thread's stages; the rest of its time ("other") is its loop and records.
   assert 0 < fractions["update"] <= 1 and sum(fractions.values()) <= 1 + 1e-6
   assert row["bottleneck"]
+
+
+bmu = load_script(Path(__file__).parents[1] / "scripts" / "bench_minatar_update.py",
+                  "jaxasync_scripts_bench_minatar_update")
+
+
+@pytest.mark.parametrize("flags, sgd_per_call, samples_per_call", [
+    # DQN: updates_per_call (the preset's 4) SGD steps of 8 transitions.
+    (["--algo", "dqn", "--agent.batch-size", "8"], 4, 4 * 8),
+    # PQN: one iteration of 2 epochs x 2 minibatches over 4 envs x 4 steps.
+    (["--algo", "pqn", "--num-envs", "4", "--agent.unroll-length", "4",
+      "--agent.num-minibatches", "2"], 2 * 2, 2 * 4 * 4),
+])
+def test_update_alone_counts_the_presets_sgd_steps(flags, sgd_per_call, samples_per_call):
+  result = bmu.main([*flags, "--calls", "2", "--repeats", "1"])
+  assert result["sgd_steps_per_call"] == sgd_per_call
+  # The three figures are one timing seen three ways.
+  seconds_per_call = sgd_per_call / result["sgd_steps_per_sec"]
+  assert result["ms_per_sgd_step"] == pytest.approx(seconds_per_call / sgd_per_call * 1e3)
+  assert result["us_per_sample"] == pytest.approx(seconds_per_call / samples_per_call * 1e6)
