@@ -447,7 +447,8 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
 
 
 def kill_group(proc: subprocess.Popen) -> None:
-  """SIGTERM to the run's process group (its process actors included), SIGKILL if it lingers."""
+  """SIGTERM to the run's process group (its process actors included), SIGKILL if it lingers;
+  then SIGKILL to whatever of the group outlived its leader (an actor stuck in a call)."""
   for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
     try:
       os.killpg(proc.pid, sig)
@@ -455,9 +456,13 @@ def kill_group(proc: subprocess.Popen) -> None:
       return
     try:
       proc.wait(wait)
-      return
+      break
     except subprocess.TimeoutExpired:
       pass
+  try:
+    os.killpg(proc.pid, signal.SIGKILL)
+  except ProcessLookupError:
+    pass
 
 
 def execute(job: Job, timeout: float, git: dict) -> dict:

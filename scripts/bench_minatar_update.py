@@ -1,15 +1,17 @@
-"""The SGD step alone of the DQN and PQN MinAtar presets, on a batch that stays in place.
+"""The SGD step alone of the DQN and PQN MinAtar presets, on one batch used again and again.
 
 What `bench_minatar.py` cannot say by itself: whether a learner-bound run's SGD steps/s is
 the network's own arithmetic or the loop around it. This times the preset agent's jitted
-`update` (its own settings, MinAtar's reference CNN) called back to back on one random batch
-of the preset's shape, with nothing else running: no actor, no queue, no replay. A run whose
-learner keeps this pace spends nothing on plumbing.
+`update` (its own settings, the learning-rate annealing included, MinAtar's reference CNN)
+called back to back on one random numpy batch of the preset's shape, with nothing else
+running: no actor, no queue, no replay, no sampling. The batch goes from numpy into the
+jitted call each time, as the learner's does (on a GPU that copy is part of the figure). A
+run whose learner keeps this pace spends nothing on plumbing.
 
   DQN: `--updates-per-call` SGD steps of `--agent.batch-size` transitions per call (the
        preset's: 4 x 32).
-  PQN: one iteration per call (the preset's 128 envs x 32 steps: 2 epochs x 32 minibatches of
-       128, after the Q(lambda) targets over the whole unroll).
+  PQN: `--updates-per-call` iterations per call (the preset's 1: 128 envs x 32 steps, 2
+       epochs x 32 minibatches of 128, after the Q(lambda) targets over the whole unroll).
 
 Flags after --algo go to the preset (`--agent.batch-size 128`, `--agent.no-layer-norm`): the
 cost of a setting, per SGD step and per sample.
@@ -33,6 +35,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import jaxasync as ja  # noqa: E402
 from jaxasync.collectors.unrolls import Unroll  # noqa: E402
+from jaxasync.experiment import annealed_agent  # noqa: E402
 from jaxasync.minatar import MinAtarEnvFactory  # noqa: E402
 from jaxasync.train import dqn as dqn_job  # noqa: E402
 from jaxasync.train import pqn as pqn_job  # noqa: E402
@@ -47,7 +50,7 @@ def dqn_setup(preset_flags: list[str], env_id: str, rng: np.random.Generator):
   """The DQN preset's agent and one batch ``[k, B, ...]``; SGD steps and samples per call."""
   args = dqn_job.parse(["--preset", "minatar", "--env-id", env_id, *preset_flags])
   env = MinAtarEnvFactory(env_id)(1)
-  agent = ja.DQN(args.agent, env.single_observation_space, env.single_action_space)
+  agent = ja.DQN(annealed_agent(args), env.single_observation_space, env.single_action_space)
   k, b = args.run.updates_per_call, args.agent.batch_size
   shape = env.single_observation_space.shape
   batch = ja.Transition(obs=random_obs(rng, (k, b, *shape)),
@@ -60,22 +63,23 @@ def dqn_setup(preset_flags: list[str], env_id: str, rng: np.random.Generator):
 
 
 def pqn_setup(preset_flags: list[str], env_id: str, rng: np.random.Generator):
-  """The PQN preset's agent and one batch of unrolls ``[1, T + 1, N, ...]``; SGD steps and
+  """The PQN preset's agent and one batch of unrolls ``[k, T + 1, N, ...]``; SGD steps and
   samples per call (each transition once per epoch)."""
   args = pqn_job.parse(["--preset", "minatar", "--env-id", env_id, *preset_flags])
   env = MinAtarEnvFactory(env_id)(1)
-  agent = ja.PQN(args.agent, env.single_observation_space, env.single_action_space)
+  agent = ja.PQN(annealed_agent(args), env.single_observation_space, env.single_action_space)
   # The learner concatenates --agent.batch-size unrolls along the env axis.
+  k = args.run.updates_per_call
   t, n = args.agent.data.unroll_length, args.actors.num_envs * args.agent.batch_size
   shape = env.single_observation_space.shape
-  batch = Unroll(obs=random_obs(rng, (1, t + 1, n, *shape)),
-                 action=rng.integers(0, env.single_action_space.n, (1, t + 1, n)).astype(np.int32),
-                 extras=None, reward=np.zeros((1, t + 1, n), np.float32),
-                 discount=np.ones((1, t + 1, n), np.float32),
-                 first=np.zeros((1, t + 1, n), bool), last=np.zeros((1, t + 1, n), bool))
+  batch = Unroll(obs=random_obs(rng, (k, t + 1, n, *shape)),
+                 action=rng.integers(0, env.single_action_space.n, (k, t + 1, n)).astype(np.int32),
+                 extras=None, reward=np.zeros((k, t + 1, n), np.float32),
+                 discount=np.ones((k, t + 1, n), np.float32),
+                 first=np.zeros((k, t + 1, n), bool), last=np.zeros((k, t + 1, n), bool))
   env.close()
-  sgd = args.agent.num_epochs * args.agent.num_minibatches
-  return agent, batch, sgd, args.agent.num_epochs * t * n
+  sgd = k * args.agent.num_epochs * args.agent.num_minibatches
+  return agent, batch, sgd, k * args.agent.num_epochs * t * n
 
 
 SETUPS = {"dqn": dqn_setup, "pqn": pqn_setup}
