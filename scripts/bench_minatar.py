@@ -48,7 +48,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 from typing import Callable, Literal
 
@@ -62,6 +61,7 @@ from jaxasync.minatar import MinAtarEnvFactory  # noqa: E402
 from jaxasync.plot import read_scalars  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "scripts"))
+from bench_atari import measure as measure_env  # noqa: E402
 from bench_learning import kill_group  # noqa: E402
 
 Algo = Literal["dqn", "rainbow", "ppo", "impala", "pqn"]
@@ -187,21 +187,13 @@ def run_preset(algo: Algo, args: Args, logdir: Path) -> dict:
 
 
 def env_ceiling(env_id: str, num_envs: int, duration: float, seed: int) -> float:
-  """Env steps/s of the MinAtar vector env alone (random actions, this process, one core)."""
+  """Env steps/s of the MinAtar vector env alone (random actions, this process, one core):
+  bench_atari.py's measurement, on MinAtar's env."""
   env = MinAtarEnvFactory(env_id)(num_envs, seed=seed)
-  rng = np.random.default_rng(seed)
-  n_actions = env.single_action_space.n
   try:
-    end_warmup = time.perf_counter() + min(1.0, duration / 5)
-    while time.perf_counter() < end_warmup:
-      env.step(rng.integers(0, n_actions, size=num_envs))
-    steps, start = 0, time.perf_counter()
-    while (now := time.perf_counter()) - start < duration:
-      env.step(rng.integers(0, n_actions, size=num_envs))
-      steps += num_envs
+    return measure_env(env, duration, min(1.0, duration / 5), np.random.default_rng(seed))
   finally:
     env.close()
-  return steps / (now - start)
 
 
 def fmt(x: float | None, spec: str = ",.0f") -> str:
