@@ -117,12 +117,9 @@ def window(rows: list[tuple[int, float, float]], warmup: float) -> list[tuple[fl
 def window_fraction(rows: list[tuple[int, float, float]], warmup: float,
                     elapsed: Callable[[float], float]) -> float | None:
   """A stage's share of the window's wall time, from records of its share of the run so far
-  (``time_<stage>_frac``) and ``elapsed(wall_time)``, the run's seconds at a record."""
-  w = window(rows, warmup)
-  if len(w) < 2 or w[-1][0] <= w[0][0]:
-    return None
-  (t0, f0), (t1, f1) = w[0], w[-1]
-  return (f1 * elapsed(t1) - f0 * elapsed(t0)) / (t1 - t0)
+  (``time_<stage>_frac``) and ``elapsed(wall_time)``, the run's seconds at a record: the slope
+  of the stage's seconds so far (share x elapsed)."""
+  return steady_rate([(step, t, f * elapsed(t)) for step, t, f in rows], warmup)
 
 
 def sgd_steps_per_opt(algo: Algo, settings: dict) -> int:
