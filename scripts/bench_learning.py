@@ -27,10 +27,10 @@ Rows (ROWS below; add one per algorithm and env):
                              the --preset mujoco runs (SAC/TD3 300k env steps, PPO 1M); target
                              the published mean at that budget (MUJOCO_PUBLISHED), hold 0.8 of
                              it; only when named in --rows.
-  {ppo,impala,dqn}-minatar-{breakout,spaceinvaders,asterix,freeway,seaquest}
-                             the --preset minatar runs (PPO and IMPALA 5M env steps, DQN 2M);
-                             target issue 32's bar (MINATAR_TARGETS; IMPALA takes PPO's), hold
-                             0.8 of it; only when named.
+  {ppo,impala,pqn,dqn}-minatar-{breakout,spaceinvaders,asterix,freeway,seaquest}
+                             the --preset minatar runs (PPO, IMPALA and PQN 5M env steps, DQN
+                             2M); target issue 32's bar (MINATAR_TARGETS; IMPALA and PQN take
+                             PPO's), hold 0.8 of it; only when named.
 Modes: sync (--mode sync), thread (--mode thread), process (--mode process), ray (--mode ray: a
 local Ray instance; only when named in --modes).
 
@@ -209,17 +209,17 @@ ROWS: dict[str, Row] = {
                                  hold=0.8 * MUJOCO_PUBLISHED["ppo", env], default=False,
                                  timeout=2 * 3600.0)
        for env in MUJOCO_ENVS},
-    # MinAtar, only when asked for, at issue 32's 2-core budgets: PPO (gymnax-blines' preset)
-    # and IMPALA 5M env steps (gymnax-blines publish 10M), DQN (Revisiting Rainbow's) 2M (500k
-    # SGD steps); targets MINATAR_TARGETS, IMPALA's PPO's (we found no published IMPALA MinAtar
-    # results: the on-policy bar).
+    # MinAtar, only when asked for, at issue 32's 2-core budgets: PPO (gymnax-blines' preset),
+    # IMPALA and PQN (purejaxql's preset) 5M env steps (gymnax-blines and purejaxql run 10M),
+    # DQN (Revisiting Rainbow's) 2M (500k SGD steps); targets MINATAR_TARGETS, IMPALA and PQN
+    # PPO's (issue 32 sets PPO's or PQN's bar; we found no published IMPALA MinAtar results).
     **{f"{algo}-minatar-{game.lower()}": Row(f"experiments/{algo}.py",
                                              ("--preset", "minatar", "--env-id",
                                               f"MinAtar/{game}-v1", "--max-env-steps", "5000000"),
                                              target=MINATAR_TARGETS["ppo", game],
                                              hold=0.8 * MINATAR_TARGETS["ppo", game],
                                              default=False, timeout=2 * 3600.0)
-       for algo in ("ppo", "impala") for game in MINATAR_GAMES},
+       for algo in ("ppo", "impala", "pqn") for game in MINATAR_GAMES},
     **{f"dqn-minatar-{game.lower()}": Row("experiments/dqn.py",
                                           ("--preset", "minatar", "--env-id",
                                            f"MinAtar/{game}-v1", "--max-env-steps", "2000000"),
