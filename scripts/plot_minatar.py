@@ -7,9 +7,10 @@
 Runs are read from their --logdir (``config.json`` and ``summary.json``) and merged into an
 archive of curves (``--archive``, default ``docs/minatar/curves.json``: algorithm, game, seed,
 mode, commit, and each evaluation's env steps, trainer seconds and return), so the figure can be
-redrawn after the run directories are gone; a run already archived (same algorithm, game, seed,
-mode and commit) is replaced. Writes ``--out`` (default ``docs/plots/minatar_curves.png``) and
-prints one markdown line per archived run: best, final and the env steps to the paper's figure.
+redrawn after the run directories are gone; a run already archived (same algorithm, game, seed
+and mode) is replaced by the newer one. Writes ``--out`` (default
+``docs/plots/minatar_curves.png``) and prints one markdown line per archived run: best, final
+and the env steps to the paper's figure.
 """
 
 from __future__ import annotations
@@ -18,12 +19,15 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_learning import MINATAR_GAMES, MINATAR_TARGETS  # noqa: E402
 
-from jaxasync.plot import _pyplot, draw_curves, read_evals  # noqa: E402
+from jaxasync import experiment  # noqa: E402
+from jaxasync.errors import ConfigError  # noqa: E402
+from jaxasync.plot import draw_curves  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 ARCHIVE = REPO / "docs" / "minatar" / "curves.json"
@@ -31,43 +35,62 @@ OUT = REPO / "docs" / "plots" / "minatar_curves.png"
 ALGO_ORDER = ("dqn", "rainbow", "ppo", "impala", "pqn")
 
 
+def _fail(run_dir: Path, problem: str) -> ValueError:
+  return ValueError(f"{run_dir}: {problem}; pass a finished MinAtar run's --logdir.")
+
+
 def read_run(run_dir: str | Path) -> dict:
-  """One run's archive entry from its ``--logdir``; ``ValueError`` (naming the fix) when it is
-  not a finished MinAtar run."""
+  """One run's archive entry from its ``--logdir``; ``ValueError`` (one line naming the
+  directory, the problem and the fix) when it is not a finished MinAtar run."""
   run_dir = Path(run_dir)
-  config_path = run_dir / "config.json"
-  if not config_path.exists():
-    raise ValueError(f"{run_dir} has no config.json; pass a run's --logdir.")
-  config = json.loads(config_path.read_text())
-  settings = config.get("settings", {})
-  env_id = settings.get("env_id") or ""
+  try:
+    _, config = experiment.read_run_config(run_dir)
+  except ConfigError as e:  # names the file and what to pass instead
+    raise ValueError(str(e).removeprefix("--config ")) from None
+  settings = config["settings"]
+  env_id = str(settings.get("env_id") or "")
   game = env_id.removeprefix("MinAtar/").removesuffix("-v1")
   if game not in MINATAR_GAMES:
     raise ValueError(f"{run_dir} ran {env_id or 'no env id'}, not a MinAtar game "
                      f"({', '.join(MINATAR_GAMES)}); leave it out.")
-  evals = sorted(read_evals(run_dir), key=lambda e: e["env_steps"])
+  algo = config.get("algo")
+  commit = (config.get("provenance") or {}).get("git_commit")
+  seed = settings.get("run.seed")
+  if not algo or not commit or seed is None:
+    raise _fail(run_dir, "its config.json names no algorithm, commit or seed")
+  path = run_dir / "summary.json"
+  try:
+    summary = json.loads(path.read_text())
+    evals = sorted(({"env_steps": int(e["env_steps"]), "wall_s": float(e["wall_s"]),
+                     "eval_reward": float(e["eval_reward"])}
+                    for e in summary.get("evals", []) if e.get("eval_reward") is not None),
+                   key=lambda e: e["env_steps"])
+  except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+    raise _fail(run_dir, f"its summary.json cannot be read ({type(e).__name__}: {e})") from None
+  if summary.get("interrupted") or summary.get("error"):
+    raise _fail(run_dir, "the run was interrupted or failed")
   if not evals:
-    raise ValueError(f"{run_dir} has no evaluations in summary.json; is the run finished?")
-  provenance = config.get("provenance", {})
-  return {"algo": config["algo"], "game": game, "seed": settings.get("run.seed"),
-          "mode": settings.get("actors.mode"),
-          "commit": (provenance.get("git_commit") or "")[:7] + ("+dirty" if provenance.get(
-              "git_dirty") else ""),
-          "env_steps": [int(e["env_steps"]) for e in evals],
-          "wall_s": [round(float(e["wall_s"]), 1) for e in evals],
-          "eval_reward": [float(e["eval_reward"]) for e in evals]}
+    raise _fail(run_dir, "its summary.json has no evaluations")
+  return {"algo": algo, "game": game, "seed": seed,
+          # The mode that ran (a preset's "auto" resolves to one), as the summary records it.
+          "mode": summary.get("mode") or settings.get("actors.mode"),
+          "commit": commit[:7] + ("+dirty" if config["provenance"].get("git_dirty") else ""),
+          "env_steps": [e["env_steps"] for e in evals],
+          "wall_s": [round(e["wall_s"], 1) for e in evals],
+          "eval_reward": [e["eval_reward"] for e in evals]}
 
 
 def merge(archive: list[dict], runs: list[dict]) -> list[dict]:
-  """``archive`` with ``runs`` added, each replacing an entry with the same algorithm, game,
-  seed, mode and commit; sorted by game, algorithm and seed."""
+  """``archive`` with ``runs`` added, each replacing the entry of the same algorithm, game,
+  seed and mode (a rerun at a newer commit is the cell's current figure, not another seed);
+  sorted by game, algorithm and seed."""
   def key(r):
-    return r["algo"], r["game"], r["seed"], r["mode"], r["commit"]
+    return r["algo"], r["game"], r["seed"], r["mode"]
   merged = {key(r): r for r in archive}
   merged.update({key(r): r for r in runs})
   def order(r):
     algo = ALGO_ORDER.index(r["algo"]) if r["algo"] in ALGO_ORDER else len(ALGO_ORDER)
-    return MINATAR_GAMES.index(r["game"]), algo, r["algo"], r["seed"] or 0, r["commit"]
+    return MINATAR_GAMES.index(r["game"]), algo, r["algo"], r["seed"]
   return sorted(merged.values(), key=order)
 
 
@@ -77,6 +100,8 @@ def target_env_steps(run: dict, target: float) -> int | None:
 
 
 def table_lines(archive: list[dict]) -> list[str]:
+  """A markdown table, one line per archived run: its last env step, best and final return,
+  and the env steps to the MinAtar paper's DQN figure for its game."""
   lines = ["| game | algorithm | seed | mode | commit | env steps | best | final "
            "| env steps to the paper's DQN figure |", "|---|---|---|---|---|---|---|---|---|"]
   for r in archive:
@@ -92,13 +117,16 @@ def table_lines(archive: list[dict]) -> list[str]:
 def plot(archive: list[dict], out: Path) -> Path:
   """Two rows (env steps, trainer seconds) of one panel per game; one colour per algorithm,
   its seeds drawn by ``jaxasync.plot.draw_curves``."""
-  plt = _pyplot()
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
   algos = sorted({r["algo"] for r in archive},
                  key=lambda a: ALGO_ORDER.index(a) if a in ALGO_ORDER else len(ALGO_ORDER))
   cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
   # One colour per algorithm in every figure, whichever algorithms it has.
-  colors = {a: cycle[(ALGO_ORDER.index(a) if a in ALGO_ORDER else len(ALGO_ORDER) + i)
-                     % len(cycle)] for i, a in enumerate(algos)}
+  others = [a for a in algos if a not in ALGO_ORDER]
+  colors = {a: cycle[(ALGO_ORDER.index(a) if a in ALGO_ORDER
+                      else len(ALGO_ORDER) + others.index(a)) % len(cycle)] for a in algos}
   fig, axes = plt.subplots(2, len(MINATAR_GAMES), figsize=(4 * len(MINATAR_GAMES), 7), dpi=80)
   for col, game in enumerate(MINATAR_GAMES):
     for row, (x_key, x_label) in enumerate((("env_steps", "env steps"),
@@ -129,11 +157,34 @@ def plot(archive: list[dict], out: Path) -> Path:
 
 
 def write_json(path: Path, data) -> None:
-  """Writes ``data`` to ``path`` whole or not at all (a temporary file, then a rename)."""
+  """Writes ``data`` to ``path`` whole or not at all: a temporary file beside it, flushed to
+  disk, then renamed over it (removed if anything fails before)."""
   path.parent.mkdir(parents=True, exist_ok=True)
-  tmp = path.with_name(path.name + ".tmp")
-  tmp.write_text(json.dumps(data, indent=1) + "\n")
-  os.replace(tmp, path)
+  text = json.dumps(data, indent=1) + "\n"
+  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+  try:
+    with os.fdopen(fd, "w") as f:
+      f.write(text)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except BaseException:
+    Path(tmp).unlink(missing_ok=True)
+    raise
+
+
+def read_archive(path: Path) -> list[dict]:
+  """The archived runs; [] when there is no archive yet; ``ValueError`` if it is unreadable."""
+  if not path.exists():
+    return []
+  try:
+    archive = json.loads(path.read_text())
+  except (OSError, ValueError) as e:
+    raise ValueError(f"{path} cannot be read as JSON ({e}); restore it from git "
+                     "(git checkout -- docs/minatar/curves.json) or pass --archive.") from None
+  if not isinstance(archive, list):
+    raise ValueError(f"{path} is not a list of runs; restore it from git or pass --archive.")
+  return archive
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -145,9 +196,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
   args = parser.parse_args(argv)
   try:
     new = [read_run(d) for d in args.runs]
+    archive = read_archive(args.archive)
   except ValueError as e:
     parser.error(str(e))
-  archive = json.loads(args.archive.read_text()) if args.archive.exists() else []
   if not archive and not new:
     parser.error(f"{args.archive} does not exist; name finished runs to start it.")
   archive = merge(archive, new)
