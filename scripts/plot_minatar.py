@@ -27,12 +27,17 @@ from bench_learning import MINATAR_GAMES, MINATAR_TARGETS  # noqa: E402
 
 from jaxasync import experiment  # noqa: E402
 from jaxasync.errors import ConfigError  # noqa: E402
-from jaxasync.plot import draw_curves  # noqa: E402
+from jaxasync.plot import draw_curves, read_summary  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 ARCHIVE = REPO / "docs" / "minatar" / "curves.json"
 OUT = REPO / "docs" / "plots" / "minatar_curves.png"
 ALGO_ORDER = ("dqn", "rainbow", "ppo", "impala", "pqn")
+
+
+def algo_rank(algo: str) -> int:
+  """Where ``algo`` comes in tables and colours: ALGO_ORDER's, then any other after them."""
+  return ALGO_ORDER.index(algo) if algo in ALGO_ORDER else len(ALGO_ORDER)
 
 
 def _fail(run_dir: Path, problem: str) -> ValueError:
@@ -58,9 +63,8 @@ def read_run(run_dir: str | Path) -> dict:
   seed = settings.get("run.seed")
   if not algo or not commit or seed is None:
     raise _fail(run_dir, "its config.json names no algorithm, commit or seed")
-  path = run_dir / "summary.json"
   try:
-    summary = json.loads(path.read_text())
+    summary = read_summary(run_dir)
     evals = sorted(({"env_steps": int(e["env_steps"]), "wall_s": float(e["wall_s"]),
                      "eval_reward": float(e["eval_reward"])}
                     for e in summary.get("evals", []) if e.get("eval_reward") is not None),
@@ -89,8 +93,7 @@ def merge(archive: list[dict], runs: list[dict]) -> list[dict]:
   merged = {key(r): r for r in archive}
   merged.update({key(r): r for r in runs})
   def order(r):
-    algo = ALGO_ORDER.index(r["algo"]) if r["algo"] in ALGO_ORDER else len(ALGO_ORDER)
-    return MINATAR_GAMES.index(r["game"]), algo, r["algo"], r["seed"]
+    return MINATAR_GAMES.index(r["game"]), algo_rank(r["algo"]), r["algo"], r["seed"]
   return sorted(merged.values(), key=order)
 
 
@@ -120,13 +123,12 @@ def plot(archive: list[dict], out: Path) -> Path:
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
-  algos = sorted({r["algo"] for r in archive},
-                 key=lambda a: ALGO_ORDER.index(a) if a in ALGO_ORDER else len(ALGO_ORDER))
+  algos = sorted({r["algo"] for r in archive}, key=algo_rank)
   cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
   # One colour per algorithm in every figure, whichever algorithms it has.
   others = [a for a in algos if a not in ALGO_ORDER]
-  colors = {a: cycle[(ALGO_ORDER.index(a) if a in ALGO_ORDER
-                      else len(ALGO_ORDER) + others.index(a)) % len(cycle)] for a in algos}
+  colors = {a: cycle[(algo_rank(a) + (others.index(a) if a in others else 0)) % len(cycle)]
+            for a in algos}
   fig, axes = plt.subplots(2, len(MINATAR_GAMES), figsize=(4 * len(MINATAR_GAMES), 7), dpi=80)
   for col, game in enumerate(MINATAR_GAMES):
     for row, (x_key, x_label) in enumerate((("env_steps", "env steps"),
