@@ -113,6 +113,25 @@ def test_an_unroll_becomes_flat_targets_from_the_learners_network():
                              [env0_0, env0_1, *env1], rtol=1e-6)
 
 
+@pytest.mark.parametrize("truncation_as_termination", [False, True])
+def test_a_time_limit_ends_the_return_only_when_asked(truncation_as_termination):
+  agent = _agent(gamma=0.9, q_lambda=0.5, truncation_as_termination=truncation_as_termination)
+  agent.network = types.SimpleNamespace(apply=lambda params, obs: obs)  # max_a Q = max(obs)
+  # One sub-env, T = 3 pairs: the episode is cut by its time limit on arriving at timestep 1
+  # (last, discount 1), the next one starts at timestep 2 and runs on.
+  obs = jnp.array([[[0, 1]], [[0, 6]], [[0, 3]], [[0, 4]]], jnp.float32)
+  unroll = Unroll(obs=obs, action=jnp.zeros((4, 1), jnp.int32), extras=None,
+                  reward=jnp.array([[0], [1], [0], [2]], jnp.float32),
+                  discount=jnp.ones((4, 1), jnp.float32),
+                  first=jnp.array([[1], [0], [1], [0]], bool),
+                  last=jnp.array([[0], [1], [0], [0]], bool))
+  batch = agent.iteration_batch(None, unroll)
+  np.testing.assert_array_equal(batch.mask, [True, False, True])
+  cut = 1.0 if truncation_as_termination else 1.0 + 0.9 * 6.0
+  np.testing.assert_allclose(np.asarray(batch.target)[[0, 2]], [cut, 2.0 + 0.9 * 4.0],
+                             rtol=1e-6)
+
+
 def test_actors_explore_on_the_schedule_and_evaluate_greedily():
   agent = _agent(eps_start=1.0, eps_end=0.0, eps_decay_steps=100, eval_epsilon=0.0)
   params = agent.policy_params(agent.init(jax.random.PRNGKey(0)))
@@ -242,6 +261,6 @@ def test_the_preset_run_by_a_process_actor_learns_from_every_unroll(tmp_path):
   summary = json.loads((logdir / "summary.json").read_text())
   assert summary["mode"] == "async-process"
   assert summary["dropped_stale"] == 0
-  # 40 iterations' env steps (8 envs x 64 steps each); the unrolls in flight when the actor
+  # 40 iterations' env steps (16 envs x 32 steps each); the unrolls in flight when the actor
   # reaches the env-step limit are not learnt from.
   assert 20480 // 512 - 2 <= summary["opt_steps"] <= 20480 // 512

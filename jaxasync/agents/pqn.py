@@ -17,8 +17,8 @@ Targets, for the ``T`` pairs ``(t -> t + 1)`` of an unroll (``rlax.lambda_return
 boundaries inside an unroll: the pair from an episode's last observation to the next one's
 reset observation is no transition (masked out of the loss), and ``lambda_t`` is 0 into it,
 so the last real pair bootstraps from ``max_a Q`` of the true final observation when the
-episode was truncated and from nothing when it terminated; nothing of the next episode flows
-back. Actors that run ahead (async) make the data slightly off-policy; Q(lambda) with Peng's
+episode was truncated (unless ``truncation_as_termination``) and from nothing when it
+terminated; nothing of the next episode flows back. Actors that run ahead (async) make the data slightly off-policy; Q(lambda) with Peng's
 targets ignores that, as the paper's does, and the queue drops unrolls older than
 ``max_policy_lag`` iterations.
 """
@@ -66,6 +66,12 @@ class PQNConfig:
       online network without a target network.
     batch_size: unrolls per iteration, their sub-envs side by side.
     gamma: discount per env step.
+    truncation_as_termination: end the return at an episode cut by a time limit, as at a
+      termination (what CleanRL's pqn.py does), instead of bootstrapping from its final
+      observation. Wrong for a Markov state (the time left is not in it), but on CartPole,
+      where every episode of a good policy is cut at 500 steps, bootstrapping lets every
+      action's value reach the same bound, ``1 / (1 - gamma)``, the action gap vanish and
+      the greedy policy drift off; ending the return at the cut keeps the values apart.
     q_lambda: lambda of the Q(lambda) returns (0: one-step Q-learning targets; 1: Monte
       Carlo returns to the unroll's end).
     learning_rate: Adam step size (the initial one when annealed).
@@ -88,6 +94,7 @@ class PQNConfig:
   layer_norm: bool = True
   batch_size: int = 1
   gamma: float = 0.99
+  truncation_as_termination: bool = False
   q_lambda: float = 0.65
   learning_rate: float = 2.5e-4
   learning_rate_decay_steps: int = 0
@@ -253,7 +260,10 @@ class PQN(EpsilonGreedyActing, Agent):
     q = jax.lax.stop_gradient(self.network.apply(params, batch_major(obs)))
     q = jnp.swapaxes(q.reshape(obs.shape[1::-1] + q.shape[1:]), 0, 1)  # [T + 1, N, A]
     mask = ~unroll.first[1:]
-    target = q_lambda_returns(unroll.reward[1:], self.config.gamma * unroll.discount[1:],
+    discount = unroll.discount[1:]
+    if self.config.truncation_as_termination:
+      discount = discount * ~unroll.last[1:]
+    target = q_lambda_returns(unroll.reward[1:], self.config.gamma * discount,
                               mask, q[1:], self.config.q_lambda)
     return QLambdaBatch(obs=batch_major(obs[:-1]),
                         action=batch_major(unroll.action[:-1].astype(jnp.int32)),
