@@ -1,7 +1,8 @@
-"""MinAtarEnvFactory, the MinAtar torso and its automatic choice, and the Rainbow, DQN and PPO
-minatar presets."""
+"""MinAtarEnvFactory, the MinAtar torso and its automatic choice, and the minatar presets of
+Rainbow, DQN, PPO, IMPALA and PQN, each run on every game."""
 
 import dataclasses
+import importlib
 import pickle
 
 import chex
@@ -196,7 +197,7 @@ def test_rainbow_env_flags_reach_minatar_or_are_refused():
     rb.env_factories(rb.parse(["--preset", "minatar", "--eval-env-id", "CartPole-v1"]))
 
 
-def test_ppo_minatar_preset_runs_end_to_end(tmp_path):
+def test_ppo_minatar_preset_settings():
   import ppo  # experiments/ppo.py
   args = ppo.parse(["--preset", "minatar", "--env-id", "MinAtar/Freeway-v1"])
   a = args.agent
@@ -205,10 +206,9 @@ def test_ppo_minatar_preset_runs_end_to_end(tmp_path):
       5e-4, 0.999, 4, 8, 0.01)
   assert args.actors.num_envs * a.data.unroll_length == 64 * 128
   assert (a.torso, tuple(a.hidden_sizes), a.eval_greedy) == ("mlp", (256, 256), False)
-  _unroll_run_of_three_sgd_steps(ppo, args, tmp_path)
 
 
-def test_impala_minatar_preset_runs_end_to_end(tmp_path):
+def test_impala_minatar_preset_settings():
   import impala  # experiments/impala.py
   assert impala.parse([]).preset == "cartpole" and impala.parse([]).agent.target_kl_cost == 1.0
   args = impala.parse(["--preset", "minatar", "--env-id", "MinAtar/Seaquest-v1"])
@@ -220,10 +220,9 @@ def test_impala_minatar_preset_runs_end_to_end(tmp_path):
   assert (a.torso, tuple(a.hidden_sizes), a.eval_greedy) == ("mlp", (256, 256), False)
   # Annealed over the SGD steps 5M env steps pay for (640 env steps each).
   assert experiment.annealed_agent(args).learning_rate_decay_steps == 5_000_000 // 640
-  _unroll_run_of_three_sgd_steps(impala, args, tmp_path)
 
 
-def test_dqn_minatar_preset_runs_end_to_end(tmp_path):
+def test_dqn_minatar_preset_settings():
   import dqn  # experiments/dqn.py
   assert dqn.parse([]).preset == "cartpole" and dqn.parse([]).agent.layer_norm  # (unchanged)
   args = dqn.parse(["--preset", "minatar", "--env-id", "MinAtar/Asterix-v1"])
@@ -234,6 +233,25 @@ def test_dqn_minatar_preset_runs_end_to_end(tmp_path):
       2.5e-4, 3.125e-4, 32, 0.01, 250_000)
   assert (d.n_step, d.replay_capacity, d.warmup_period, d.opt_interval) == (1, 100_000, 1_000, 4.0)
   assert a.target_update.period * d.opt_interval == 1_000  # env steps per target copy
-  args = _tiny_replay_run(args, tmp_path)
-  summary = dqn.main(args)
-  assert summary["opt_steps"] == 40 and len(summary["evals"]) == 2
+
+
+GAMES = ("Breakout", "SpaceInvaders", "Asterix", "Freeway", "Seaquest")
+
+
+@pytest.mark.parametrize("game", GAMES)
+@pytest.mark.parametrize("algo", ["dqn", "rainbow", "ppo", "impala", "pqn"])
+def test_every_minatar_preset_runs_on_every_game(algo, game, tmp_path):
+  # The games differ in channels (4 to 10) and in what ends an episode; each preset learns
+  # from a few lock-step SGD steps on each and evaluates.
+  module = importlib.import_module(algo)  # experiments/<algo>.py
+  env_id = f"MinAtar/{game}-v1"
+  args = module.parse(["--preset", "minatar", "--env-id", env_id])
+  if algo in ("dqn", "rainbow"):
+    args = _tiny_replay_run(args, tmp_path)
+    summary = module.main(dataclasses.replace(
+        args, run=dataclasses.replace(args.run, max_opts=4, eval_interval=4)))
+    assert summary["opt_steps"] == 4 and len(summary["evals"]) == 1
+  else:
+    _unroll_run_of_three_sgd_steps(module, args, tmp_path)
+  _, record = experiment.read_run_config(tmp_path)
+  assert record["settings"]["env_id"] == env_id

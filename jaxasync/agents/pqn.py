@@ -18,9 +18,9 @@ boundaries inside an unroll: the pair from an episode's last observation to the 
 reset observation is no transition (masked out of the loss), and ``lambda_t`` is 0 into it,
 so the last real pair bootstraps from ``max_a Q`` of the true final observation when the
 episode was truncated (unless ``truncation_as_termination``) and from nothing when it
-terminated; nothing of the next episode flows back. Actors that run ahead (async) make the data slightly off-policy; Q(lambda) with Peng's
-targets ignores that, as the paper's does, and the queue drops unrolls older than
-``max_policy_lag`` iterations.
+terminated; nothing of the next episode flows back. Actors that run ahead (async) make the
+data slightly off-policy; Q(lambda) with Peng's targets ignores that, as the paper's does,
+and the queue drops unrolls older than ``max_policy_lag`` iterations.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class PQNConfig:
       observation. Wrong for a Markov state (the time left is not in it), but on CartPole,
       where every episode of a good policy is cut at 500 steps, bootstrapping lets every
       action's value reach the same bound, ``1 / (1 - gamma)``, the action gap vanish and
-      the greedy policy drift off; ending the return at the cut keeps the values apart.
+      the greedy policy drift off; ending the return at the cut keeps them below it.
     q_lambda: lambda of the Q(lambda) returns (0: one-step Q-learning targets; 1: Monte
       Carlo returns to the unroll's end).
     learning_rate: Adam step size (the initial one when annealed).
