@@ -140,12 +140,13 @@ def test_dqn_on_minatar_picks_the_minatar_torso():
   assert "MLPTorso_0" in mlp.init(jax.random.PRNGKey(0), np.zeros((1, 10, 10, 6)))["params"]
 
 
-def _tiny_replay_run(args, tmp_path):
-  """A replay preset's ``args`` cut to a lock-step run of 40 SGD steps on a 500-item replay."""
+def _tiny_replay_run(args, tmp_path, max_opts=40):
+  """A replay preset's ``args`` cut to a lock-step run of ``max_opts`` SGD steps (an evaluation
+  every 20 and at the end) on a 500-item replay."""
   d = args.agent.data
   return dataclasses.replace(
       args, actors=dataclasses.replace(args.actors, mode="sync"),
-      run=dataclasses.replace(args.run, max_opts=40, eval_interval=20, eval_episodes=1,
+      run=dataclasses.replace(args.run, max_opts=max_opts, eval_interval=20, eval_episodes=1,
                               save_interval=0, progress=False, logdir=str(tmp_path)),
       agent=dataclasses.replace(args.agent, data=dataclasses.replace(d, warmup_period=200,
                                                                      replay_capacity=500)))
@@ -235,10 +236,10 @@ def test_dqn_minatar_preset_settings():
   assert a.target_update.period * d.opt_interval == 1_000  # env steps per target copy
 
 
-GAMES = ("Breakout", "SpaceInvaders", "Asterix", "Freeway", "Seaquest")
+GAME_CHANNELS = {"Breakout": 4, "SpaceInvaders": 6, "Asterix": 4, "Freeway": 7, "Seaquest": 10}
 
 
-@pytest.mark.parametrize("game", GAMES)
+@pytest.mark.parametrize("game", GAME_CHANNELS)
 @pytest.mark.parametrize("algo", ["dqn", "rainbow", "ppo", "impala", "pqn"])
 def test_every_minatar_preset_runs_on_every_game(algo, game, tmp_path):
   # The games differ in channels (4 to 10) and in what ends an episode; each preset learns
@@ -247,11 +248,10 @@ def test_every_minatar_preset_runs_on_every_game(algo, game, tmp_path):
   env_id = f"MinAtar/{game}-v1"
   args = module.parse(["--preset", "minatar", "--env-id", env_id])
   if algo in ("dqn", "rainbow"):
-    args = _tiny_replay_run(args, tmp_path)
-    summary = module.main(dataclasses.replace(
-        args, run=dataclasses.replace(args.run, max_opts=4, eval_interval=4)))
-    assert summary["opt_steps"] == 4 and len(summary["evals"]) == 1
+    summary = module.main(_tiny_replay_run(args, tmp_path, max_opts=4))
+    assert summary["opt_steps"] == 4 and len(summary["evals"]) == 1  # the final one
   else:
     _unroll_run_of_three_sgd_steps(module, args, tmp_path)
   _, record = experiment.read_run_config(tmp_path)
   assert record["settings"]["env_id"] == env_id
+  assert f"(10, 10, {GAME_CHANNELS[game]})" in record["observation_space"]  # the game's grid

@@ -25,15 +25,15 @@ from jaxasync import experiment
 
 
 def cartpole_agent() -> ja.PQNConfig:
-  # CleanRL's pqn.py for CartPole-v1 (512 env steps per iteration: there 4 envs x 128 steps,
-  # here the actor's 16 envs x 32, half the policy calls of 8 x 64 for the same data; 4
-  # epochs x 4 minibatches; lambda 0.65; gradient clip 10; epsilon 1 -> 0.05 over half of
-  # 500k env steps; LayerNorm MLP; the time limit ends the return, as CleanRL's done flag
-  # does: bootstrapping through it let one run in ten collapse once every episode reached
-  # 500), on Adam where CleanRL uses RAdam, at twice CleanRL's step size (2.5e-4 left the
-  # values swinging and some runs falling at the end; 1e-4, or 1024 env steps per
-  # iteration, learnt too little: docs/bench_learning_results.md), and with 128x128 layers
-  # where CleanRL has 120 and 84.
+  # CleanRL's pqn.py for CartPole-v1: 512 env steps per iteration (there 4 envs x 128 steps,
+  # here 16 envs x 32: the same data in fewer policy calls), 4 epochs x 4 minibatches, lambda
+  # 0.65, gradient clip 10, epsilon 1 -> 0.05 over half of 500k env steps, a LayerNorm MLP,
+  # and the time limit ending the return as CleanRL's done flag does (bootstrapped through
+  # it, once every episode lasts 500 steps both actions' values sit at the same bound and
+  # the greedy policy drifts).
+  # Different from CleanRL: Adam where it uses RAdam, at twice its step size (CleanRL's left
+  # the values swinging into the annealed end; a smaller step or a larger iteration learnt
+  # too little: docs/bench_learning_results.md), and 128x128 layers where it has 120 and 84.
   return ja.PQNConfig(learning_rate=5e-4, q_lambda=0.65, num_epochs=4, num_minibatches=4,
                       max_grad_norm=10.0, eps_decay_steps=250_000,
                       truncation_as_termination=True,
