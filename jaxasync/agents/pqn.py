@@ -14,14 +14,13 @@ Targets, for the ``T`` pairs ``(t -> t + 1)`` of an unroll (``rlax.lambda_return
   G_{T-1} = r_{T-1} + d_{T-1} max_a Q(s_T, a),
 
 ``d_t = gamma`` times the env's discount (0 where the episode terminated, and where it was
-truncated with ``truncation_as_termination``). Episode
-boundaries inside an unroll: the pair from an episode's last observation to the next one's
-reset observation is no transition (masked out of the loss), and ``lambda_t`` is 0 into it,
-so the last real pair bootstraps from ``max_a Q`` of the true final observation when the
-episode was truncated and from nothing when it terminated; nothing of the next episode
-flows back. Actors that run ahead (async) make the
-data slightly off-policy; Q(lambda) with Peng's targets ignores that, as the paper's does,
-and the queue drops unrolls older than ``max_policy_lag`` iterations.
+truncated with ``truncation_as_termination``). Episode boundaries inside an unroll: the pair
+from an episode's last observation to the next one's reset observation is no transition
+(masked out of the loss), and ``lambda_t`` is 0 into it, so the last real pair bootstraps
+from ``max_a Q`` of the true final observation when the episode was truncated and from
+nothing when it terminated; nothing of the next episode flows back. Actors that run ahead
+(async) make the data slightly off-policy; Q(lambda) with Peng's targets ignores that, as
+the paper's does, and the queue drops unrolls older than ``max_policy_lag`` iterations.
 """
 
 from __future__ import annotations
