@@ -70,7 +70,7 @@ class PQNConfig:
       termination (what CleanRL's pqn.py does), instead of bootstrapping from its final
       observation. Wrong for a Markov state (the time left is not in it), but on CartPole,
       where every episode of a good policy is cut at 500 steps, bootstrapping lets every
-      action's value reach the same bound, ``1 / (1 - gamma)``, the action gap vanish and
+      action's value reach the same bound, 1 / (1 - gamma), the action gap vanish and
       the greedy policy drift off; ending the return at the cut keeps them below it.
     q_lambda: lambda of the Q(lambda) returns (0: one-step Q-learning targets; 1: Monte
       Carlo returns to the unroll's end).
