@@ -11,6 +11,7 @@ import threading
 import time
 from typing import Any, Callable, Protocol
 
+import jax
 import numpy as np
 
 from jaxasync.actor import ActorConfig, ActorShared, run_actor, run_actor_process
@@ -153,6 +154,16 @@ class ActorManager:
       child_env = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": (
           os.environ.get("XLA_FLAGS", "") +
           " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1").strip()}
+      # The learner's persistent compilation cache (experiment.use_compile_cache), so that a
+      # restarted or later actor loads its policy instead of compiling it.
+      if jax.config.jax_compilation_cache_dir:
+        child_env["JAX_COMPILATION_CACHE_DIR"] = jax.config.jax_compilation_cache_dir
+        child_env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = str(
+            jax.config.jax_persistent_cache_min_compile_time_secs)
+        # (the same size bound: JAX's eviction reads every entry's access time, which a
+        # process without one does not write, and fails the learner's writes without it)
+        child_env["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(
+            jax.config.jax_compilation_cache_max_size)
       saved = {k: os.environ.get(k) for k in child_env}
       os.environ.update(child_env)
       try:

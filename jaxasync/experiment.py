@@ -88,6 +88,12 @@ class RunArgs:
   # What is then bit-reproducible, and what is not: README, Reproducibility.
   deterministic: bool = False
   """lock-step actors (--mode sync) and XLA's deterministic GPU ops: the same flags and seed give the same run."""
+  # JAX's persistent compilation cache (use_compile_cache): a run whose programs an earlier
+  # run compiled loads them instead of compiling again (docs/bench_learning_results.md has the
+  # start-up figures). The directory is this machine's, not the run's: never compared on
+  # --resume, never taken by --config.
+  compile_cache: str | None = "~/.cache/jaxasync/xla"
+  """keep XLA's compiled programs here and reuse them in later runs (JAX_COMPILATION_CACHE_DIR, when set, wins); None: compile every run afresh."""
   # Scalars mirrored as TensorBoard gets them, the flags as the W&B config (jaxasync.tracking).
   track: bool = False
   """log the scalars, the config and the videos to Weights & Biases too (pip install 'jaxasync[wandb]')."""
@@ -250,12 +256,12 @@ RESUME_SAFE = ("run.max_opts", "run.max_env_steps", "run.duration", "run.target_
                "capture_video", "deterministic", "track", "wandb_project", "wandb_entity")
 # How a run is started or shown, not what it is: never compared.
 NOT_COMPARED = ("resume", "resume_from", "allow_changes", "run.overwrite", "run.progress",
-                "config")
+                "config", "compile_cache")
 # What a rerun (--config) does not take from the file: how the run was started, where it went
 # (a rerun writes a logdir of its own) and whether it went to W&B (which may not be installed
 # where it reruns).
 NOT_RERUN = ("resume", "resume_from", "allow_changes", "run.overwrite", "config", "run.logdir",
-             "track")
+             "track", "compile_cache")
 
 
 def flat_settings(args: Any) -> dict[str, Any]:
@@ -798,6 +804,29 @@ def use_deterministic_xla(environ: dict | None = None) -> None:
                          f"XLA_FLAGS='{' '.join(missing)}' set.")
 
 
+# Cache every program, however quickly it compiled: a run's start is many small compilations
+# (each op of an agent's init, the policy), which JAX's default threshold of 1 s leaves out.
+COMPILE_CACHE_MIN_SECS = 0.0
+COMPILE_CACHE_MAX_BYTES = 1 << 30  # least recently used entries go beyond this
+
+
+def use_compile_cache(path: str | None) -> str | None:
+  """Points JAX's persistent compilation cache at ``path`` (``~`` expanded; ``None`` or '':
+  off) unless ``JAX_COMPILATION_CACHE_DIR`` is set, which wins; returns the directory in use.
+  Process actors get it through their environment (``ActorManager``). A cache JAX already
+  opened in this process (something compiled before, with another directory or none) stays
+  as it was: JAX opens it once."""
+  import jax
+  if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+    return jax.config.jax_compilation_cache_dir
+  path = os.path.expanduser(path) if path else None
+  jax.config.update("jax_compilation_cache_dir", path)
+  if path:
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", COMPILE_CACHE_MIN_SECS)
+    jax.config.update("jax_compilation_cache_max_size", COMPILE_CACHE_MAX_BYTES)
+  return path
+
+
 def hyperparameters_text(settings: dict, flattened: tuple[str, ...]) -> str:
   """The run's flags as a Markdown table, for TensorBoard's text tab (as CleanRL shows them);
   a union field's variant as its subcommand names it (``agent.loss`` ``q-learning``)."""
@@ -811,6 +840,7 @@ def hyperparameters_text(settings: dict, flattened: tuple[str, ...]) -> str:
 def _run(args: RunArgs, title: str, agent_cls: type[ja.Agent], agent_cfg: Any,
          envs: tuple[ja.VectorEnvFactory, ja.VectorEnvFactory] | None) -> dict:
   args = deterministic(args)
+  use_compile_cache(args.compile_cache)
   env, eval_env = envs if envs is not None else default_envs(args)
   if args.capture_video > 0:  # (recorded from gym.make(env_id, render_mode="rgb_array"))
     if type(eval_env) is not ja.EnvFactory:
