@@ -31,6 +31,28 @@ def run_actor_process_and_freeze(*args) -> None:
   gc.freeze()
 
 
+def actor_process_environ() -> dict[str, str]:
+  """What an actor process's environment gets on top of the learner's.
+
+  Actors act on the CPU: off the accelerator (and its memory), XLA kept to one thread for
+  their small policy calls, so that actor processes do not oversubscribe the cores the
+  learner uses (README, Performance, has the figures). And the learner's persistent
+  compilation cache (``experiment.use_compile_cache``), so that a later or restarted actor
+  loads its policy instead of compiling it, with the same size bound: JAX's eviction reads
+  every entry's access time, which a process without the bound does not write, and a write
+  of the learner's fails on such an entry.
+  """
+  env = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": (
+      os.environ.get("XLA_FLAGS", "") +
+      " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1").strip()}
+  if jax.config.jax_compilation_cache_dir:
+    env["JAX_COMPILATION_CACHE_DIR"] = jax.config.jax_compilation_cache_dir
+    env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = str(
+        jax.config.jax_persistent_cache_min_compile_time_secs)
+    env["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(jax.config.jax_compilation_cache_max_size)
+  return env
+
+
 class StopFlag:
   """A stop request shared with actor processes, read without a lock.
 
@@ -148,22 +170,7 @@ class ActorManager:
       w = threading.Thread(target=run_actor, args=args, name=f"jaxasync-actor-{i}", daemon=True)
       w.start()
     else:
-      # Actors act on the CPU: keep them off the accelerator (and its memory), and keep XLA to
-      # one thread for their small policy calls, so that actor processes do not oversubscribe
-      # the cores the learner uses (README, Performance, has the figures).
-      child_env = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": (
-          os.environ.get("XLA_FLAGS", "") +
-          " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1").strip()}
-      # The learner's persistent compilation cache (experiment.use_compile_cache), so that a
-      # restarted or later actor loads its policy instead of compiling it.
-      if jax.config.jax_compilation_cache_dir:
-        child_env["JAX_COMPILATION_CACHE_DIR"] = jax.config.jax_compilation_cache_dir
-        child_env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = str(
-            jax.config.jax_persistent_cache_min_compile_time_secs)
-        # (the same size bound: JAX's eviction reads every entry's access time, which a
-        # process without one does not write, and fails the learner's writes without it)
-        child_env["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(
-            jax.config.jax_compilation_cache_max_size)
+      child_env = actor_process_environ()
       saved = {k: os.environ.get(k) for k in child_env}
       os.environ.update(child_env)
       try:

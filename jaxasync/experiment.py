@@ -812,15 +812,16 @@ COMPILE_CACHE_MAX_BYTES = 1 << 30  # least recently used entries go beyond this
 
 def use_compile_cache(path: str | None) -> str | None:
   """Points JAX's persistent compilation cache at ``path`` (``~`` expanded; ``None`` or '':
-  off) unless ``JAX_COMPILATION_CACHE_DIR`` is set, which wins; returns the directory in use.
-  Process actors get it through their environment (``ActorManager``). A cache JAX already
-  opened in this process (something compiled before, with another directory or none) stays
-  as it was: JAX opens it once."""
+  off), or at ``JAX_COMPILATION_CACHE_DIR`` when that is set; returns the directory in use.
+  Process actors get it through their environment (``actor_process_environ``). A process
+  that ran an earlier run with another directory starts on the new one."""
+  from jax.experimental.compilation_cache import compilation_cache
   import jax
-  if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
-    return jax.config.jax_compilation_cache_dir
-  path = os.path.expanduser(path) if path else None
-  jax.config.update("jax_compilation_cache_dir", path)
+  path = os.environ.get("JAX_COMPILATION_CACHE_DIR") or (
+      os.path.expanduser(path) if path else None)
+  if path != jax.config.jax_compilation_cache_dir:
+    compilation_cache.reset_cache()  # (JAX opens its cache once, at the first compilation)
+    compilation_cache.set_cache_dir(path)
   if path:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", COMPILE_CACHE_MIN_SECS)
     jax.config.update("jax_compilation_cache_max_size", COMPILE_CACHE_MAX_BYTES)
