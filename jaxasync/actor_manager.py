@@ -37,10 +37,9 @@ def actor_process_environ() -> dict[str, str]:
   Actors act on the CPU: off the accelerator (and its memory), XLA kept to one thread for
   their small policy calls, so that actor processes do not oversubscribe the cores the
   learner uses (README, Performance, has the figures). And the learner's persistent
-  compilation cache (``experiment.use_compile_cache``), so that a later or restarted actor
-  loads its policy instead of compiling it, with the same size bound: JAX's eviction reads
-  every entry's access time, which a process without the bound does not write, and a write
-  of the learner's fails on such an entry.
+  compilation cache (``experiment.use_compile_cache``) with its minimum compile time, so that
+  a later or restarted actor loads its policy instead of compiling it. (Ray actors, which
+  may run on other machines, compile their own.)
   """
   env = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": (
       os.environ.get("XLA_FLAGS", "") +
@@ -49,7 +48,6 @@ def actor_process_environ() -> dict[str, str]:
     env["JAX_COMPILATION_CACHE_DIR"] = jax.config.jax_compilation_cache_dir
     env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = str(
         jax.config.jax_persistent_cache_min_compile_time_secs)
-    env["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(jax.config.jax_compilation_cache_max_size)
   return env
 
 

@@ -51,6 +51,9 @@ opt steps):
                 env steps and trainer seconds (the summary's clock: from the trainer's start,
                 Python and JAX imports excluded, compilation and process actors' start-up
                 included) at the first evaluation >= the row's target; '-' when none did.
+                Runs keep their compiled programs (--compile-cache, on by default), so the
+                first run of a row on a machine compiles them and the later ones load them;
+                --extra="--compile-cache None" compiles in every run.
   AUC           the area under the eval-return curve over env steps (trapezoids between
                 evaluations) divided by the env-step span from the first to the last evaluation:
                 the curve's mean return, in return units, so runs of different lengths compare.
@@ -599,7 +602,8 @@ def legend(rows: Sequence[str]) -> str:
       "evaluation and last-5 mean are both >= the hold threshold; both out of the seeds run (a "
       "failed run counts as neither). Returns and AUC: median / worst (min) over the runs that "
       "did not fail. To target: env steps and trainer wall seconds (from the trainer's start: "
-      "imports excluded, compilation and process actors' start-up included) at the first "
+      "imports excluded, compilation (or loading it from the compile cache) and process "
+      "actors' start-up included) at the first "
       "evaluation >= target, median / worst (max), a seed that never got there counted as "
       "infinitely slow ('-'). AUC: trapezoid area under the eval-return curve over env steps "
       "divided by the env-step span from the first to the last evaluation, i.e. the mean eval "

@@ -11,16 +11,14 @@ from jax.experimental.compilation_cache import compilation_cache
 from jaxasync import experiment
 from jaxasync.actor_manager import actor_process_environ
 
-CACHE_KEYS = ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
-              "JAX_COMPILATION_CACHE_MAX_SIZE")
+CACHE_KEYS = ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS")
 
 
 @pytest.fixture(autouse=True)
 def jax_cache_settings(monkeypatch):
   """No cache directory from the environment; JAX's cache settings put back afterwards."""
   monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
-  names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
-           "jax_compilation_cache_max_size")
+  names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
   saved = {name: getattr(jax.config, name) for name in names}
   yield
   compilation_cache.reset_cache()
@@ -58,21 +56,29 @@ def test_a_later_run_in_the_same_process_moves_to_its_own_directory(tmp_path):
   assert any(p.name.endswith("-cache") for p in (tmp_path / "b").iterdir())
 
 
+def test_a_relative_directory_is_made_absolute(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  assert experiment.use_compile_cache("xla") == str(tmp_path / "xla")
+  assert jax.config.jax_compilation_cache_dir == str(tmp_path / "xla")
+
+
 def test_none_turns_it_off_and_the_environment_variable_wins(tmp_path, monkeypatch):
   assert experiment.use_compile_cache(None) is None
   assert jax.config.jax_compilation_cache_dir is None
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
   monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "env"))
   assert experiment.use_compile_cache("~/elsewhere") == str(tmp_path / "env")
   assert jax.config.jax_compilation_cache_dir == str(tmp_path / "env")
+  # (the environment's cache keeps JAX's settings: the minimum compile time is not touched)
+  assert jax.config.jax_persistent_cache_min_compile_time_secs == 1.0
 
 
-def test_process_actors_get_the_learners_cache_with_the_same_bounds(tmp_path):
+def test_process_actors_get_the_learners_cache(tmp_path):
   experiment.use_compile_cache(str(tmp_path / "xla"))
   env = actor_process_environ()
   assert env["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "xla")
   assert float(env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]) == (
       experiment.COMPILE_CACHE_MIN_SECS)
-  assert int(env["JAX_COMPILATION_CACHE_MAX_SIZE"]) == experiment.COMPILE_CACHE_MAX_BYTES
   assert env["JAX_PLATFORMS"] == "cpu"
   experiment.use_compile_cache(None)
   assert not set(CACHE_KEYS) & set(actor_process_environ())

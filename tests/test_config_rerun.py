@@ -120,6 +120,14 @@ def test_every_script_reruns_a_config_and_a_flag_given_overrides_it(algo, tmp_pa
   assert _parsed(module, ["--config", str(path.parent)], monkeypatch).run.seed == original.run.seed
 
 
+def test_a_rerun_keeps_this_machines_compile_cache_not_the_files(tmp_path, monkeypatch):
+  original = _parsed(dqn, tiny("--compile-cache", "/elsewhere/xla"), monkeypatch)
+  path = _saved(dqn, tmp_path, original)
+  assert json.loads(path.read_text())["settings"]["compile_cache"] == "/elsewhere/xla"
+  args = _parsed(dqn, ["--config", str(path)], monkeypatch)
+  assert args.compile_cache == dqn.Args().compile_cache
+
+
 def test_flags_override_the_file_subcommands_included(tmp_path, monkeypatch):
   original = _parsed(dqn, tiny("--agent.learning-rate", "3e-4"), monkeypatch)
   path = _saved(dqn, tmp_path, original)
