@@ -808,7 +808,7 @@ def use_deterministic_xla(environ: dict | None = None) -> None:
 # (each op of an agent's init, the policy), which JAX's default threshold of 1 s leaves out.
 # No size bound: JAX's needs the filelock package and every process writing the directory to
 # keep access times (one that does not makes the others' writes fail); a run's entries take
-# about 2 MB (delete the directory to reclaim them).
+# about a megabyte (delete the directory to reclaim them).
 COMPILE_CACHE_MIN_SECS = 0.0
 
 
