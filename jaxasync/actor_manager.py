@@ -31,6 +31,11 @@ def run_actor_process_and_freeze(*args) -> None:
   gc.freeze()
 
 
+# An actor's small policy calls gain nothing from XLA's thread pool, and several actors' pools
+# would oversubscribe the cores the learner uses (process and Ray actors alike).
+ACTOR_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+
+
 def actor_process_environ() -> dict[str, str]:
   """What an actor process's environment gets on top of the learner's.
 
@@ -41,9 +46,8 @@ def actor_process_environ() -> dict[str, str]:
   a later or restarted actor loads its policy instead of compiling it. (Ray actors, which
   may run on other machines, compile their own.)
   """
-  env = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": (
-      os.environ.get("XLA_FLAGS", "") +
-      " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1").strip()}
+  env = {"JAX_PLATFORMS": "cpu",
+         "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} {ACTOR_XLA_FLAGS}".strip()}
   if jax.config.jax_compilation_cache_dir:
     env["JAX_COMPILATION_CACHE_DIR"] = jax.config.jax_compilation_cache_dir
     env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = str(

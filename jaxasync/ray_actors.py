@@ -59,7 +59,7 @@ from typing import Any, Callable
 import numpy as np
 
 from jaxasync.actor import ActorConfig, ActorShared, run_actor
-from jaxasync.actor_manager import ActorStats
+from jaxasync.actor_manager import ACTOR_XLA_FLAGS, ActorStats
 from jaxasync.envs import VectorEnvFactory
 from jaxasync.errors import ActorFailed
 from jaxasync.errors import ConfigError
@@ -69,8 +69,7 @@ from jaxasync.types import ModelInfo
 
 # Ray actors act on the CPU with one XLA thread each, as process actors do (their small policy
 # calls gain nothing from more, and a node's actors would oversubscribe its cores).
-ACTOR_ENV_VARS = {"JAX_PLATFORMS": "cpu",
-                  "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"}
+ACTOR_ENV_VARS = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": ACTOR_XLA_FLAGS}
 
 
 def import_ray():

@@ -6,10 +6,13 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import pytest
+import tyro
 from jax.experimental.compilation_cache import compilation_cache
 
 from jaxasync import experiment
 from jaxasync.actor_manager import actor_process_environ
+
+import dqn  # experiments/dqn.py (experiments/ is on pytest's pythonpath)
 
 CACHE_KEYS = ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS")
 
@@ -85,8 +88,6 @@ def test_process_actors_get_the_learners_cache(tmp_path):
 
 
 def test_a_run_fills_its_cache_and_a_resume_may_name_another(tmp_path, capsys):
-  import tyro
-  import dqn  # experiments/dqn.py (experiments/ is on pytest's pythonpath)
   flags = ["--mode", "sync", "--no-progress", "--agent.warmup-period", "200",
            "--eval-interval", "0", "--save-interval", "100", "--agent.hidden-sizes", "16",
            "--logdir", str(tmp_path / "run")]
