@@ -81,6 +81,15 @@ def test_the_loss_is_half_the_squared_error_over_real_transitions():
   np.testing.assert_allclose(metrics["q_mean"], (2.0 + 3.0) / 2, rtol=1e-6)
 
 
+def test_the_huber_loss_is_quadratic_up_to_delta_and_linear_beyond():
+  q = jnp.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+  # Errors: 2.5 (beyond delta 1), 0.5 (within), and a masked pair.
+  batch = QLambdaBatch(obs=jnp.zeros((3, 1)), action=jnp.array([1, 0, 1]),
+                       target=jnp.array([4.5, 3.5, 100.0]), mask=jnp.array([True, True, False]))
+  loss, _ = q_lambda_loss(q, batch, huber_delta=1.0)
+  np.testing.assert_allclose(loss, ((2.5 - 0.5) + 0.5 * 0.5 ** 2) / 2, rtol=1e-6)
+
+
 def _agent(**kwargs):
   space = gym.spaces.Box(-10.0, 10.0, (2,), np.float32)
   return ja.PQN(ja.PQNConfig(hidden_sizes=(8,), **kwargs), space, gym.spaces.Discrete(2))
@@ -207,6 +216,7 @@ def test_update_runs_epochs_of_minibatches_and_counts_iterations():
 
 @pytest.mark.parametrize("field, value, message", [
     ("q_lambda", 1.5, "q_lambda must be in"),
+    ("huber_delta", -1.0, "huber_delta must be >= 0"),
     ("learning_rate", float("nan"), "learning_rate must be"),
     ("num_epochs", 0, "num_epochs and num_minibatches"),
     ("eps_end", 2.0, "eps_start and eps_end"),

@@ -79,6 +79,9 @@ class PQNConfig:
       0: constant.
     adam_eps: Adam epsilon.
     max_grad_norm: global-norm gradient clipping per minibatch step; 0: none.
+    huber_delta: the loss is Huber's with this threshold on the TD error, linear beyond it,
+      so that no single target far off (a return ended at a time limit) pulls harder than
+      the threshold; 0: the squared error (the paper's).
     num_epochs: passes over each batch of unrolls.
     num_minibatches: minibatches per pass; the batch's T x N transitions must divide by it.
     eps_start: epsilon-greedy exploration at env step 0.
@@ -100,6 +103,7 @@ class PQNConfig:
   learning_rate_decay_steps: int = 0
   adam_eps: float = 1e-8
   max_grad_norm: float = 10.0
+  huber_delta: float = 0.0
   num_epochs: int = 4
   num_minibatches: int = 4
   eps_start: float = 1.0
@@ -123,6 +127,8 @@ class PQNConfig:
     if self.learning_rate_decay_steps < 0:
       raise ConfigError(f"learning_rate_decay_steps must be >= 0 (0: constant), got "
                         f"{self.learning_rate_decay_steps}.")
+    if not self.huber_delta >= 0.0:
+      raise ConfigError(f"huber_delta must be >= 0 (0: squared error), got {self.huber_delta}.")
     if not self.max_grad_norm >= 0.0:
       raise ConfigError(f"max_grad_norm must be >= 0 (0: no clipping), got {self.max_grad_norm}.")
     if self.num_epochs < 1 or self.num_minibatches < 1:
@@ -179,13 +185,16 @@ def q_lambda_returns(reward_t: jnp.ndarray, discount_t: jnp.ndarray, mask_t: jnp
       reward_t.astype(jnp.float32), discount_t.astype(jnp.float32), v_t, lambdas)
 
 
-def q_lambda_loss(q_tm1: jnp.ndarray, batch: QLambdaBatch) -> tuple[jnp.ndarray, dict]:
-  """``0.5 (Q(s, a) - G)^2`` averaged over the real transitions of a minibatch; ``q_tm1`` the
-  network's Q-values ``[M, A]`` at ``batch.obs``."""
+def q_lambda_loss(q_tm1: jnp.ndarray, batch: QLambdaBatch, huber_delta: float = 0.0
+                  ) -> tuple[jnp.ndarray, dict]:
+  """``0.5 (Q(s, a) - G)^2`` averaged over the real transitions of a minibatch, or the Huber
+  loss of the error when ``huber_delta`` > 0 (quadratic up to it, linear beyond); ``q_tm1``
+  the network's Q-values ``[M, A]`` at ``batch.obs``."""
   chex.assert_rank(q_tm1, 2)
   q_a = jnp.take_along_axis(q_tm1, batch.action[:, None], axis=-1)[:, 0]
   td = jax.lax.stop_gradient(batch.target) - q_a
-  loss = masked_mean(0.5 * jnp.square(td), batch.mask)
+  per_item = rlax.huber_loss(td, huber_delta) if huber_delta > 0 else 0.5 * jnp.square(td)
+  loss = masked_mean(per_item, batch.mask)
   return loss, {"loss": loss, "q_mean": masked_mean(q_a, batch.mask),
                 "target_mean": masked_mean(batch.target, batch.mask)}
 
@@ -271,7 +280,7 @@ class PQN(EpsilonGreedyActing, Agent):
 
   def loss(self, params: PyTree, batch: QLambdaBatch) -> tuple[jnp.ndarray, dict]:
     q_tm1 = self.network.apply(params, batch.obs)
-    loss, metrics = q_lambda_loss(q_tm1, batch)
+    loss, metrics = q_lambda_loss(q_tm1, batch, self.config.huber_delta)
     return loss, {**metrics, **greedy_q_metrics(jax.lax.stop_gradient(q_tm1))}
 
   def _iteration(self, state: PQNState, unroll: Unroll):
