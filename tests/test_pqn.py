@@ -95,6 +95,19 @@ def _agent(**kwargs):
   return ja.PQN(ja.PQNConfig(hidden_sizes=(8,), **kwargs), space, gym.spaces.Discrete(2))
 
 
+def test_the_agents_loss_takes_its_configs_huber_delta():
+  batch = QLambdaBatch(obs=jnp.array([[0.5, -1.0], [2.0, 3.0]]), action=jnp.array([0, 1]),
+                       target=jnp.array([40.0, -30.0]), mask=jnp.array([True, True]))
+  for delta in (0.0, 1.0):
+    agent = _agent(huber_delta=delta)
+    params = agent.init(jax.random.PRNGKey(0)).params
+    loss, _ = agent.loss(params, batch)
+    expected, _ = q_lambda_loss(agent.network.apply(params, batch.obs), batch, delta)
+    np.testing.assert_allclose(loss, expected, rtol=1e-6)
+  # Errors of 30-40: Huber's (delta 1) is about their mean absolute value, the square's hundreds.
+  assert float(loss) < 50.0 < float(_agent().loss(params, batch)[0])
+
+
 def test_an_unroll_becomes_flat_targets_from_the_learners_network():
   agent = _agent(gamma=0.9, q_lambda=0.5)
   # Q(obs) = obs (two actions, two features), so max_a Q(obs) = max(obs).
@@ -216,7 +229,8 @@ def test_update_runs_epochs_of_minibatches_and_counts_iterations():
 
 @pytest.mark.parametrize("field, value, message", [
     ("q_lambda", 1.5, "q_lambda must be in"),
-    ("huber_delta", -1.0, "huber_delta must be >= 0"),
+    ("huber_delta", -1.0, "huber_delta must be a finite number >= 0"),
+    ("huber_delta", float("inf"), "huber_delta must be a finite number >= 0"),
     ("learning_rate", float("nan"), "learning_rate must be"),
     ("num_epochs", 0, "num_epochs and num_minibatches"),
     ("eps_end", 2.0, "eps_start and eps_end"),

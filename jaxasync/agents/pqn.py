@@ -81,7 +81,8 @@ class PQNConfig:
     max_grad_norm: global-norm gradient clipping per minibatch step; 0: none.
     huber_delta: the loss is Huber's with this threshold on the TD error, linear beyond it,
       so that no single target far off (a return ended at a time limit) pulls harder than
-      the threshold; 0: the squared error (the paper's).
+      the threshold; 0: the squared error (the paper's). Unlike DQN's field of that name,
+      which is always on, 0 here turns it off.
     num_epochs: passes over each batch of unrolls.
     num_minibatches: minibatches per pass; the batch's T x N transitions must divide by it.
     eps_start: epsilon-greedy exploration at env step 0.
@@ -127,8 +128,9 @@ class PQNConfig:
     if self.learning_rate_decay_steps < 0:
       raise ConfigError(f"learning_rate_decay_steps must be >= 0 (0: constant), got "
                         f"{self.learning_rate_decay_steps}.")
-    if not self.huber_delta >= 0.0:
-      raise ConfigError(f"huber_delta must be >= 0 (0: squared error), got {self.huber_delta}.")
+    if not 0.0 <= self.huber_delta < float("inf"):  # (also refuses NaN)
+      raise ConfigError(f"huber_delta must be a finite number >= 0 (0: squared error), got "
+                        f"{self.huber_delta}.")
     if not self.max_grad_norm >= 0.0:
       raise ConfigError(f"max_grad_norm must be >= 0 (0: no clipping), got {self.max_grad_norm}.")
     if self.num_epochs < 1 or self.num_minibatches < 1:
