@@ -34,9 +34,10 @@ def cartpole_agent() -> ja.PQNConfig:
   # Different from CleanRL: Adam where it uses RAdam, at twice its step size (CleanRL's left
   # the values swinging into the annealed end; a smaller step or a larger iteration learnt
   # too little: docs/bench_learning_results.md), 128x128 layers where it has 120 and 84, and
-  # Huber's loss: a return ended at the time limit misses the ~60-100 its state is worth
-  # elsewhere, and squared, those few errors made the minibatch's gradient (loss spikes to
-  # 67, the clip binding) and swung the greedy policy after it had learnt.
+  # Huber's loss: the returns of the last pairs before a time limit fall up to ~100 short of
+  # what their states are worth elsewhere, and squared, those few errors made the minibatch's
+  # gradient (loss spikes to 67, the clip binding) and swung the greedy policy after it had
+  # learnt.
   return ja.PQNConfig(learning_rate=5e-4, q_lambda=0.65, num_epochs=4, num_minibatches=4,
                       max_grad_norm=10.0, eps_decay_steps=250_000, huber_delta=1.0,
                       truncation_as_termination=True,
