@@ -493,6 +493,8 @@ def test_discrete_observation_space_is_rejected():
     (dict(learning_rate=-1e-3), "learning_rate must be a finite number > 0"),
     (dict(learning_rate_end=-1.0, learning_rate_decay_steps=10), "learning_rate_end >= 0"),
     (dict(loss=QLearning(num_q_networks=0)), "num_q_networks must be >= 1"),
+    (dict(loss=QLearning(huber_delta=float("inf"))), "huber_delta must be a finite number > 0"),
+    (dict(loss=QLearning(huber_delta=0.0)), "huber_delta must be a finite number > 0"),
     (dict(loss=Munchausen(temperature=0.0)), "need temperature > 0"),
 ])
 def test_bad_config_is_rejected(config, message):

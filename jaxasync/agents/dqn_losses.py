@@ -182,8 +182,8 @@ class ExpectedQLoss(abc.ABC):
   def validate(self) -> None:
     if self.num_q_networks < 1:
       raise ConfigError(f"num_q_networks must be >= 1, got {self.num_q_networks}.")
-    if not self.huber_delta > 0:
-      raise ConfigError(f"huber_delta must be > 0, got {self.huber_delta}.")
+    if not 0.0 < self.huber_delta < float("inf"):  # (also refuses NaN; inf makes rlax's loss NaN)
+      raise ConfigError(f"huber_delta must be a finite number > 0, got {self.huber_delta}.")
 
   def support(self) -> None:
     """None: an expected-Q head has no atoms."""
