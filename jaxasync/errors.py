@@ -4,9 +4,20 @@ turns each into one ``error: ...`` line (exit 2 for bad input, 1 for a failed ru
 
 from __future__ import annotations
 
+from typing import Any, Sequence
+
 
 class ConfigError(ValueError):
   """Bad user input: the message names the problem and the fix."""
+
+
+def check_positive(config: Any, names: Sequence[str]) -> None:
+  """Raises ``ConfigError`` unless each of ``config``'s fields ``names`` (step sizes, loss
+  thresholds and the like) is a finite number > 0."""
+  for name in names:
+    value = getattr(config, name)
+    if not 0.0 < value < float("inf"):  # (also refuses NaN)
+      raise ConfigError(f"{name} must be a finite number > 0, got {value}.")
 
 
 class NonFiniteError(RuntimeError):

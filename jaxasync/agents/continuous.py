@@ -28,7 +28,7 @@ import tyro
 
 from jaxasync.agent import ActorContext, Agent
 from jaxasync.envs import check_action_box, check_box_observations
-from jaxasync.errors import ConfigError
+from jaxasync.errors import ConfigError, check_positive
 from jaxasync.networks import (MLPTorso, Torso, check_torso, check_torso_fields, default_torso,
                                make_torso)
 from jaxasync.pipeline import ReplayConfig
@@ -66,15 +66,6 @@ def check_continuous_spaces(obs_space: gym.Space, action_space: gym.Space, env_i
 
 
 # --- the configs' shared fields ------------------------------------------------------------------
-def check_positive(config: Any, names: Sequence[str]) -> None:
-  """Raises ``ConfigError`` unless each of ``config``'s fields ``names`` (step sizes and the
-  like) is a finite number > 0."""
-  for name in names:
-    value = getattr(config, name)
-    if not 0.0 < value < float("inf"):  # (also refuses NaN)
-      raise ConfigError(f"{name} must be a finite number > 0, got {value}.")
-
-
 @dataclasses.dataclass(frozen=True)
 class ContinuousConfig:
   """The fields SAC's and TD3's configs share, and their checks. A subclass declares a field

@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import rlax
 
-from jaxasync.errors import ConfigError
+from jaxasync.errors import ConfigError, check_positive
 from jaxasync.types import Transition
 
 
@@ -182,8 +182,7 @@ class ExpectedQLoss(abc.ABC):
   def validate(self) -> None:
     if self.num_q_networks < 1:
       raise ConfigError(f"num_q_networks must be >= 1, got {self.num_q_networks}.")
-    if not 0.0 < self.huber_delta < float("inf"):  # (also refuses NaN; inf makes rlax's loss NaN)
-      raise ConfigError(f"huber_delta must be a finite number > 0, got {self.huber_delta}.")
+    check_positive(self, ("huber_delta",))  # (inf would make rlax's Huber loss NaN)
 
   def support(self) -> None:
     """None: an expected-Q head has no atoms."""

@@ -195,7 +195,7 @@ def q_lambda_loss(q_tm1: jnp.ndarray, batch: QLambdaBatch, huber_delta: float = 
   chex.assert_rank(q_tm1, 2)
   q_a = jnp.take_along_axis(q_tm1, batch.action[:, None], axis=-1)[:, 0]
   td = jax.lax.stop_gradient(batch.target) - q_a
-  per_item = rlax.huber_loss(td, huber_delta) if huber_delta > 0 else 0.5 * jnp.square(td)
+  per_item = rlax.huber_loss(td, huber_delta) if huber_delta > 0 else rlax.l2_loss(td)
   loss = masked_mean(per_item, batch.mask)
   return loss, {"loss": loss, "q_mean": masked_mean(q_a, batch.mask),
                 "target_mean": masked_mean(batch.target, batch.mask)}

@@ -44,11 +44,11 @@ import optax
 
 from jaxasync.agent import key_data
 from jaxasync.agents.continuous import (ContinuousAgent, ContinuousConfig, ExplorationState,
-                                        GaussianPolicy, TwinQCritic, advanced, check_positive,
-                                        every_nth_step, scale_actions, squashed_gaussian,
-                                        twin_td_loss, unscale_actions, warming_up)
+                                        GaussianPolicy, TwinQCritic, advanced, every_nth_step,
+                                        scale_actions, squashed_gaussian, twin_td_loss,
+                                        unscale_actions, warming_up)
 from jaxasync.agents.optimizers import adam_with_clipping
-from jaxasync.errors import ConfigError
+from jaxasync.errors import ConfigError, check_positive
 from jaxasync.types import Transition
 
 PyTree = Any
