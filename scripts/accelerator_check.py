@@ -34,8 +34,13 @@ import tempfile
 import time
 from pathlib import Path
 
-import gymnasium as gym
-import jax
+# This process keeps its device buffers while the harness and the runs start their own
+# processes on the same GPU: JAX's default (preallocating 75 % of the GPU's memory in each
+# process) would leave them none.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+import gymnasium as gym  # noqa: E402
+import jax  # noqa: E402
 import numpy as np
 import tyro
 
@@ -59,6 +64,8 @@ class Args:
   update_seconds: float = 5.0
   """measured seconds per update figure (after the compiling call)."""
   updates_per_call: int = 4
+  harness_repeats: int = 2
+  """repeats of each harness variant (the harness reports their medians)."""
   runs: bool = False
   """also run part 4 on a machine without an accelerator."""
   run_seconds: float = 120.0
@@ -188,7 +195,7 @@ def run_harness(args: Args, workdir: Path) -> dict:
             "--repeats", "1"]
   else:
     cmd += ["--variants", "actor", "learner", "sync", "process", "pinned", "--duration", "5",
-            "--repeats", "2"]
+            "--repeats", str(args.harness_repeats)]
     if len(jax.devices()) > 1:
       cmd += ["--learner-devices", "1", str(len(jax.devices()))]
   print("  harness: " + " ".join(cmd[1:]), flush=True)
@@ -206,7 +213,7 @@ def training_run(script: str, flags: list[str], workdir: Path, name: str, second
          "--no-progress", "--logdir", str(logdir), "--seed", "0"]
   print(f"  run {name}: " + " ".join(cmd[1:]), flush=True)
   done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True,
-                        timeout=seconds * 3 + 600)
+                        timeout=seconds * 2 + 240)
   if done.returncode != 0:
     raise RuntimeError(f"{name} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
   s = json.loads((logdir / "summary.json").read_text())
@@ -216,30 +223,37 @@ def training_run(script: str, flags: list[str], workdir: Path, name: str, second
           "bottleneck": s.get("bottleneck")}
 
 
-def measure_runs(args: Args, workdir: Path, cores: int) -> dict:
+def measure_runs(args: Args, workdir: Path, cores: int, report: dict, out: Path) -> dict:
+  """Part 4, each run written into the report as it ends; a run that fails is recorded with
+  the end of its output (the others still run) and makes the check exit 1."""
   minatar = ["--preset", "minatar", "--env-id", "MinAtar/Breakout-v1"]
   actors = ["--mode", "process", "--num-actors", str(args.num_actors)]
-  runs = {
-      "dqn-minatar, per-actor CPU inference": training_run(
-          "dqn.py", minatar + actors, workdir, "inference_cpu", args.run_seconds),
-      "dqn-minatar, central inference": training_run(
-          "dqn.py", minatar + actors + ["--inference-servers", "1"], workdir, "inference_central",
-          args.run_seconds),
-      "rainbow-minatar": training_run("rainbow.py", minatar, workdir, "rainbow_minatar",
-                                      args.run_seconds),
+  planned = {
+      "dqn-minatar, per-actor CPU inference": ("dqn.py", minatar + actors, "inference_cpu"),
+      "dqn-minatar, central inference": (
+          "dqn.py", minatar + actors + ["--inference-servers", "1"], "inference_central"),
+      "rainbow-minatar": ("rainbow.py", minatar, "rainbow_minatar"),
   }
   try:
     import ale_py  # noqa: F401  (Atari's emulator)
-    pong = training_run("rainbow.py", ["--preset", "atari", "--env-id", "ALE/Pong-v5"], workdir,
-                        "rainbow_pong", args.run_seconds)
-    pong["frames_per_sec"] = 4 * pong["env_steps_per_sec"]  # (frame skip 4)
-    pong["frames_per_sec_per_cpu"] = pong["frames_per_sec"] / cores
-    pong["cleanba_frames_per_sec_per_cpu"] = CLEANBA_FRAMES_PER_CPU
-    runs["rainbow-atari Pong"] = pong
+    planned["rainbow-atari Pong"] = ("rainbow.py", ["--preset", "atari", "--env-id",
+                                                    "ALE/Pong-v5"], "rainbow_pong")
   except ImportError:
-    runs["rainbow-atari Pong"] = {"skipped": "ale-py is not installed (pip install "
-                                             "'jaxasync[atari]')"}
-  return runs
+    report["runs"]["rainbow-atari Pong"] = {
+        "skipped": "ale-py is not installed (pip install 'jaxasync[atari]')"}
+  for name, (script, flags, logname) in planned.items():
+    try:
+      run = training_run(script, flags, workdir, logname, args.run_seconds)
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+      print(f"  run {name} FAILED: {str(e)[-600:]}", flush=True)
+      run = {"failed": str(e)[-2000:]}
+    if name == "rainbow-atari Pong" and "failed" not in run:
+      run["frames_per_sec"] = 4 * run["env_steps_per_sec"]  # (frame skip 4)
+      run["frames_per_sec_per_cpu"] = run["frames_per_sec"] / cores
+      run["cleanba_frames_per_sec_per_cpu"] = CLEANBA_FRAMES_PER_CPU
+    report["runs"][name] = run
+    write_report(report, out)
+  return report["runs"]
 
 
 # --- the report ---------------------------------------------------------------------------------
@@ -252,14 +266,14 @@ def markdown(report: dict) -> str:
     lines += ["**No accelerator on this machine**: the CPU parts only.", ""]
   lines += ["## Updates (SGD steps/s, one call in flight, batch placed once)", "",
             "| agent | batch | CPU | accelerator | accelerator / CPU |", "|---|---|---|---|---|"]
-  for r in report["updates"]:
+  for r in report.get("updates", []):
     if "skipped" in r:
       lines.append(f"| {r['agent']} | {r['batch']} | - | - | {r['skipped']} |")
       continue
     acc = r.get("accelerator_sgd_steps_per_sec")
     lines.append(f"| {r['agent']} | {r['batch']} | {r['cpu_sgd_steps_per_sec']:,.0f} | "
                  + (f"{acc:,.0f} | {r['accelerator_over_cpu']:.2f} |" if acc else "- | - |"))
-  h = report["harness"]
+  h = report.get("harness") or {"command": "(not reached)", "medians": {}}
   lines += ["", f"## Harness (`{h['command']}`)", "",
             "| variant | env steps/s | SGD steps/s |", "|---|---|---|"]
   for name, m in h["medians"].items():
@@ -269,8 +283,9 @@ def markdown(report: dict) -> str:
     lines += ["", "## Runs", "", "| run | env steps/s | SGD steps/s | best eval | note |",
               "|---|---|---|---|---|"]
     for name, r in report["runs"].items():
-      if "skipped" in r:
-        lines.append(f"| {name} | - | - | - | {r['skipped']} |")
+      if "skipped" in r or "failed" in r:
+        why = r.get("skipped") or "failed: " + r["failed"].strip().splitlines()[-1][:200]
+        lines.append(f"| {name} | - | - | - | {why} |")
         continue
       note = (f"{r['frames_per_sec_per_cpu']:,.0f} frames/s per CPU core (Cleanba: "
               f"{r['cleanba_frames_per_sec_per_cpu']:,.0f})" if "frames_per_sec" in r
@@ -283,30 +298,40 @@ def markdown(report: dict) -> str:
   return "\n".join(lines) + "\n"
 
 
-def main(args: Args) -> dict:
-  start = time.perf_counter()
-  accel = bool(accelerators())
-  print(f"accelerator check: {jax.default_backend()} {jax.devices()}"
-        + ("" if accel else ": no accelerator on this machine, the CPU parts only"), flush=True)
-  with tempfile.TemporaryDirectory() as tmp:
-    workdir = Path(tmp)
-    report = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-              "command": "python scripts/accelerator_check.py " + " ".join(sys.argv[1:]),
-              "accelerator": accel, "updates": measure_updates(args),
-              "harness": run_harness(args, workdir)}
-    cores = device_report()["cpu_cores"]
-    if (accel or args.runs) and not args.quick:
-      report["runs"] = measure_runs(args, workdir, cores)
-  report["devices"] = device_report()  # (after the runs: the memory peaks they reached)
-  report["seconds"] = time.perf_counter() - start
-  out = Path(args.out)
+def write_report(report: dict, out: Path) -> None:
+  """<out>.json and <out>.md as they stand: written after every part, so a check stopped by a
+  time limit keeps what it measured."""
   out.parent.mkdir(parents=True, exist_ok=True)
   out.with_suffix(".json").write_text(json.dumps(report, indent=1, default=str))
   out.with_suffix(".md").write_text(markdown(report))
+
+
+def main(args: Args) -> dict:
+  start = time.perf_counter()
+  accel = bool(accelerators())
+  out = Path(args.out)
+  print(f"accelerator check: {jax.default_backend()} {jax.devices()}"
+        + ("" if accel else ": no accelerator on this machine, the CPU parts only"), flush=True)
+  report = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "command": "python scripts/accelerator_check.py " + " ".join(sys.argv[1:]),
+            "accelerator": accel, "devices": device_report()}
+  with tempfile.TemporaryDirectory() as tmp:
+    workdir = Path(tmp)
+    report["updates"] = measure_updates(args)
+    write_report(report, out)
+    report["harness"] = run_harness(args, workdir)
+    write_report(report, out)
+    if (accel or args.runs) and not args.quick:
+      report["runs"] = {}
+      measure_runs(args, workdir, report["devices"]["cpu_cores"], report, out)
+  report["devices"] = device_report()  # (after the runs: the memory peaks they reached)
+  report["seconds"] = time.perf_counter() - start
+  write_report(report, out)
   print(f"report: {out.with_suffix('.json')}, {out.with_suffix('.md')} "
         f"({report['seconds']:.0f} s)", flush=True)
   return report
 
 
 if __name__ == "__main__":
-  main(tyro.cli(Args))
+  final = main(tyro.cli(Args))
+  sys.exit(1 if any("failed" in r for r in final.get("runs", {}).values()) else 0)
