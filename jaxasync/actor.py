@@ -117,6 +117,11 @@ def run_actor_process(*args) -> None:
   run_actor(*args)
 
 
+def on_one_device(tree) -> bool:
+  """Whether every leaf of ``tree`` is a ``jax.Array`` on a single device."""
+  return all(isinstance(x, jax.Array) and len(x.devices()) == 1 for x in jax.tree.leaves(tree))
+
+
 class Actor:
   """One actor's acting: a vector env, a collector, the agent's actor side and a params copy.
 
@@ -135,11 +140,16 @@ class Actor:
     shared: counters the supervisor reads (``adopted_version``, ``env_steps``).
     seed: seeds the exploration generator; ``env_seed`` (default: ``seed``) the env reset.
     inference: an ``InferenceClient``: the network runs on the central server.
+    acts_on_published_device: act on the published params where they are when they live on
+      one device (the lock-step actor, which reads the learner's own device copies) rather
+      than on a CPU copy.
   """
 
   def __init__(self, actor_id: int, agent, env, config: ActorConfig, param_store,
-               shared: ActorShared, seed: int, env_seed: int | None = None, inference=None):
+               shared: ActorShared, seed: int, env_seed: int | None = None, inference=None,
+               acts_on_published_device: bool = False):
     self.actor_id, self.agent, self.env, self.config = actor_id, agent, env, config
+    self.acts_on_published_device = acts_on_published_device
     self.param_store, self.shared, self.inference = param_store, shared, inference
     self.rng = np.random.default_rng(seed)
     obs, _ = env.reset(seed=seed if env_seed is None else env_seed)
@@ -156,10 +166,17 @@ class Actor:
     self._chunk_version = -1
 
   def adopt_latest(self) -> None:
-    """Takes the store's params if they are newer than ours (a CPU copy for jitted acting)."""
+    """Takes the store's params if they are newer than ours: a CPU copy for jitted acting, or
+    the published params themselves (``acts_on_published_device``)."""
     if self.param_store.version > self.version:
       info = self.param_store.get()
-      self.version, self.params = info.version, to_cpu(info.params, published=True)
+      # On a GPU learner a CPU copy per publication cost the lock-step loop 2.1 ms per vector
+      # step, acting there ~1 ms (docs/bench_learning_results.md, "The sync loop on a GPU").
+      # (Params split over several learner devices are copied: acting would run on all.)
+      params = info.params
+      if not (self.acts_on_published_device and on_one_device(params)):
+        params = to_cpu(params, published=True)
+      self.version, self.params = info.version, params
       self.shared.adopted_version[self.actor_id] = self.version
 
   def step(self, stop=None):

@@ -215,9 +215,10 @@ class Trainer:
     seed = run.seed if not resumes else actor_seed(run.seed, 0, 1_000 * resumes)
     shared = ActorShared(np.full(1, resumed_env_steps, np.int64), np.full(1, -1, np.int64))
     # An off-policy learner on a replay takes the actions chosen before its calls (see
-    # LockstepFeed); an on-policy source gets the current params' (lag 0).
+    # LockstepFeed); an on-policy source gets the current params' (lag 0). The actor acts on
+    # the learner's device copies where they are (on a CPU learner: the CPU).
     return LockstepFeed(Actor(0, agent, env, actor_config, self.param_store, shared,
-                              seed=seed + 1, env_seed=seed),
+                              seed=seed + 1, env_seed=seed, acts_on_published_device=True),
                         self.source if isinstance(self.source, ReplaySource) else None)
 
   def _make_actor_feed(self, agent, agent_factory, env_factory, collector,

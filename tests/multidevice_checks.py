@@ -207,3 +207,32 @@ def test_dqn_learns_cartpole_with_the_learner_on_two_devices(tmp_path):
   summary = json.loads((logdir / "summary.json").read_text())
   assert summary["learner_devices"] == 2
   assert summary["best_eval_reward"] >= 475, [round(e["eval_reward"]) for e in summary["evals"]]
+
+
+@pytest.mark.parametrize("num_devices", [1, 2])
+def test_the_lockstep_actor_acts_where_one_device_params_live(num_devices):
+  """The lock-step actor (``acts_on_published_device``) acts on a one-device learner's
+  publication where it lives (here cpu:1, as a GPU learner's would stay on the GPU) and copies
+  a publication split over several devices to the CPU; its actions are a CPU copy's."""
+  from jaxasync.actor import Actor, ActorConfig, ActorShared
+  from jaxasync.param_store import ThreadParamStore
+  from jaxasync.train import dqn as dqn_job
+
+  env = ja.EnvFactory("CartPole-v1")
+  agent = ja.DQN(dqn_job.cartpole_agent(), *ja.envs.spaces_of(env), "CartPole-v1")
+  learner = ja.Learner(agent, seed=0, devices=jax.devices()[1:1 + num_devices])
+  store = ThreadParamStore()
+  store.publish(learner.model_info(host=False))
+  actors = [Actor(0, agent, env(4, seed=0), ActorConfig(num_envs=4, chunk_steps=1), store,
+                  ActorShared(np.zeros(1, np.int64), np.full(1, -1, np.int64)), seed=0,
+                  acts_on_published_device=where) for where in (True, False)]
+  actions = [actor.choose().actions for actor in actors]
+  published = jax.tree.leaves(store.get().params)
+  adopted = jax.tree.leaves(actors[0].params)
+  if num_devices == 1:
+    assert all(a is p for a, p in zip(adopted, published))
+    assert {d for x in adopted for d in x.devices()} == {jax.devices()[1]}
+  else:
+    assert all(x.devices() == {jax.devices("cpu")[0]} for x in adopted)
+  assert all(x.devices() == {jax.devices("cpu")[0]} for x in jax.tree.leaves(actors[1].params))
+  np.testing.assert_array_equal(actions[0], actions[1])
