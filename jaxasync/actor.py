@@ -171,7 +171,7 @@ class Actor:
     if self.param_store.version > self.version:
       info = self.param_store.get()
       # On a GPU learner a CPU copy per publication cost the lock-step loop 2.1 ms per vector
-      # step, acting there ~1 ms (docs/bench_learning_results.md, "The sync loop on a GPU").
+      # step, acting there ~1 ms (docs/accelerator.md, "The sync loop on a GPU").
       # (Params split over several learner devices are copied: acting would run on all.)
       params = info.params
       if not (self.acts_on_published_device and on_one_device(params)):
