@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import multiprocessing as mp
@@ -163,38 +164,81 @@ class ActorManager:
     return len(self.configs)
 
   def _spawn(self, i: int) -> None:
+    """Starts actor ``i`` (a process: inside ``_actor_environ``)."""
+    self._launch(i, *self._worker(i))
+
+  def _worker(self, i: int) -> tuple[Any, Any]:
+    """Actor ``i``'s thread or process, not started yet, and its channel."""
     config = dataclasses.replace(self.configs[i], restart=self.restarts[i])  # a fresh seed
     channel = self.transport.open_channel(i)  # processes: a fresh pipe, the old one discarded
     args = (i, self.agent_factory, self.env_factory, config, channel,
             self.param_store, self._stop, self._errors, self.shared, self._env_lock,
             None if self.inference is None else self.inference.client(i))
     if self.mode == "thread":
-      w = threading.Thread(target=run_actor, args=args, name=f"jaxasync-actor-{i}", daemon=True)
-      w.start()
-    else:
-      child_env = actor_process_environ()
-      saved = {k: os.environ.get(k) for k in child_env}
-      os.environ.update(child_env)
-      try:
-        w = self._ctx.Process(target=run_actor_process_and_freeze, args=args,
-                              name=f"jaxasync-actor-{i}", daemon=True)
-        w.start()
-        channel.close()  # the child has its copy; its death must read as end-of-file
-      finally:
-        for k, v in saved.items():
-          if v is None:
-            os.environ.pop(k, None)
-          else:
-            os.environ[k] = v
-    self._workers[i] = w
+      return threading.Thread(target=run_actor, args=args, name=f"jaxasync-actor-{i}",
+                              daemon=True), channel
+    return self._ctx.Process(target=run_actor_process_and_freeze, args=args,
+                             name=f"jaxasync-actor-{i}", daemon=True), channel
+
+  def _launch(self, i: int, worker, channel) -> None:
+    worker.start()
+    if self.mode == "process":
+      channel.close()  # the child has its copy; its death must read as end-of-file
+    self._workers[i] = worker
     if not self._start_time[i]:
       self._start_time[i] = time.perf_counter()
 
+  @contextlib.contextmanager
+  def _actor_environ(self):
+    """The learner's environment plus ``actor_process_environ()`` while process actors are
+    spawned (a spawned child inherits ``os.environ``), restored afterwards."""
+    if self.mode != "process":
+      yield
+      return
+    child_env = actor_process_environ()
+    saved = {k: os.environ.get(k) for k in child_env}
+    os.environ.update(child_env)
+    try:
+      yield
+    finally:
+      for k, v in saved.items():
+        if v is None:
+          os.environ.pop(k, None)
+        else:
+          os.environ[k] = v
+
   def start(self) -> None:
-    """Starts every actor."""
+    """Starts every actor; process actors side by side.
+
+    A spawn returns only once its child has read all but a pipe's worth (64 KiB) of the
+    pickled arguments, and a child reads them after importing the main module (jax and the
+    rest). An Atari observation space alone pickles to 111 KiB (its bounds and masks), so
+    spawning one after another made 14 Pong actors take 50 s to start (docs/accelerator.md).
+    """
     self._started = time.perf_counter()
-    for i in range(self.num_actors):
-      self._spawn(i)
+    if self.mode != "process" or self.num_actors == 1:
+      with self._actor_environ():
+        for i in range(self.num_actors):
+          self._spawn(i)
+      return
+    errors: list[BaseException] = []
+    workers = [self._worker(i) for i in range(self.num_actors)]  # (pipes made here, in order)
+
+    def launch(i: int) -> None:
+      try:
+        self._launch(i, *workers[i])
+      except BaseException as e:  # (re-raised below, in the caller's thread)
+        errors.append(e)
+
+    with self._actor_environ():
+      threads = [threading.Thread(target=launch, args=(i,), name=f"jaxasync-spawn-{i}")
+                 for i in range(self.num_actors)]
+      for t in threads:
+        t.start()
+      for t in threads:
+        t.join()
+    if errors:
+      raise errors[0]
 
   def check(self) -> None:
     """Restarts failed actors; raises ``ActorFailed`` past ``max_restarts``. Call it often."""
@@ -223,7 +267,8 @@ class ActorManager:
       last_line = tb.strip().splitlines()[-1] if tb.strip() else "no traceback"
       logger.warning(f"actor {i} restarted ({self.restarts[i]} of at most {self.max_restarts}): "
                      f"{last_line}")
-      self._spawn(i)
+      with self._actor_environ():
+        self._spawn(i)
 
   def stop_and_join(self, timeout: float = 10.0) -> list[ActorStats]:
     """Stops all actors and waits for them; returns per-actor stats. Never hangs past ``timeout``."""

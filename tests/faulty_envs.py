@@ -132,3 +132,42 @@ class HangingEnvFactory(_FaultyEnvFactory):
   steps: int = 100
   env_id: str = "CartPole-v1"
   wrapper = _HangAfter
+
+
+class BallastEnvFactory:
+  """``inner`` (an env factory) carrying ``nbytes`` of ballast, so that its pickle is larger
+  than a pipe holds (an Atari observation space pickles to 111 KiB)."""
+
+  def __init__(self, inner, nbytes: int = 256 * 1024):
+    self.inner, self.ballast = inner, bytes(nbytes)
+    self.frame_skip = getattr(inner, "frame_skip", 1)
+    self.env_id = inner.env_id
+
+  def __call__(self, num_envs: int, seed: int | None = None):
+    return self.inner(num_envs, seed)
+
+
+class BarrierAgentFactory:
+  """Builds the agent with ``factory``; unpickled in an actor process it first waits until
+  ``n`` actors are unpickling theirs (a file each in ``directory``), and fails after
+  ``timeout`` s: only actors spawned side by side all get there."""
+
+  def __init__(self, factory, directory: str, n: int, timeout: float = 45.0):
+    self.factory, self.directory, self.n, self.timeout = factory, directory, n, timeout
+
+  def __setstate__(self, state):
+    import os
+    import time
+    from pathlib import Path
+    self.__dict__.update(state)
+    folder = Path(self.directory)
+    (folder / str(os.getpid())).touch()
+    deadline = time.monotonic() + self.timeout
+    while len(list(folder.iterdir())) < self.n:
+      if time.monotonic() > deadline:
+        raise RuntimeError(f"{len(list(folder.iterdir()))} of {self.n} actors started in "
+                           f"{self.timeout:.0f} s: they were spawned one at a time")
+      time.sleep(0.05)
+
+  def __call__(self):
+    return self.factory()
