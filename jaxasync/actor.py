@@ -1,4 +1,4 @@
-"""An actor: a vector env, a collector and a CPU copy of the policy, pushing chunks.
+"""An actor: a vector env, a collector and a copy of the policy's params, pushing chunks.
 
 ``run_actor`` is the actor's whole life and runs the same way in a thread or in
 a spawned process; ``ActorManager`` supervises it.
@@ -118,8 +118,10 @@ def run_actor_process(*args) -> None:
 
 
 def on_one_device(tree) -> bool:
-  """Whether every leaf of ``tree`` is a ``jax.Array`` on a single device."""
-  return all(isinstance(x, jax.Array) and len(x.devices()) == 1 for x in jax.tree.leaves(tree))
+  """Whether every leaf of ``tree`` is a ``jax.Array`` and all of them are on one device."""
+  leaves = jax.tree.leaves(tree)
+  return (all(isinstance(x, jax.Array) for x in leaves)
+          and len({d for x in leaves for d in x.devices()}) == 1)
 
 
 class Actor:

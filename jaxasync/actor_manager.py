@@ -181,6 +181,7 @@ class ActorManager:
                              name=f"jaxasync-actor-{i}", daemon=True), channel
 
   def _launch(self, i: int, worker, channel) -> None:
+    """Starts ``worker`` (from ``_worker``) as actor ``i``."""
     worker.start()
     if self.mode == "process":
       channel.close()  # the child has its copy; its death must read as end-of-file
@@ -213,7 +214,8 @@ class ActorManager:
     A spawn returns only once its child has read all but a pipe's worth (64 KiB) of the
     pickled arguments, and a child reads them after importing the main module (jax and the
     rest). An Atari observation space alone pickles to 111 KiB (its bounds and masks), so
-    spawning one after another made 14 Pong actors take 50 s to start (docs/accelerator.md).
+    spawned one after another, 14 Pong actors had not all started after 50 s
+    (docs/accelerator.md).
     """
     self._started = time.perf_counter()
     if self.mode != "process" or self.num_actors == 1:
@@ -238,6 +240,12 @@ class ActorManager:
       for t in threads:
         t.join()
     if errors:
+      # (No actor may outlive a start that failed: stop those launched, and close the write
+      # ends of the pipes made for those that were not.)
+      self.stop_and_join()
+      for i, (_, channel) in enumerate(workers):
+        if self._workers[i] is None:
+          channel.close()
       raise errors[0]
 
   def check(self) -> None:

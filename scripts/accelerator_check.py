@@ -20,7 +20,11 @@ date and the device. The parts:
    is installed) with env frames/s per CPU core next to Cleanba's 24.7k frames/s on an A100
    with 10 CPUs (2.47k per core; Huang et al. 2023, Cleanba's README).
 
-Without an accelerator it says so, runs parts 1-3 on the CPU and exits 0.
+Without an accelerator it says so, runs parts 1-3 on the CPU and exits 0. The report is
+written after every part (a check stopped by a time limit keeps what it measured); a harness or
+run that fails is recorded with the end of its output, the other parts still run, and the check
+exits 1. Its own process and those it starts do not preallocate GPU memory
+(``XLA_PYTHON_CLIENT_PREALLOCATE=false`` unless set), unlike a user's run.
 """
 
 from __future__ import annotations
@@ -214,9 +218,11 @@ def training_run(script: str, flags: list[str], workdir: Path, name: str, second
   print(f"  run {name}: " + " ".join(cmd[1:]), flush=True)
   done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True,
                         timeout=seconds * 2 + 240)
-  if done.returncode != 0:
-    raise RuntimeError(f"{name} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
-  s = json.loads((logdir / "summary.json").read_text())
+  summary = logdir / "summary.json"
+  if done.returncode != 0 or not summary.is_file():
+    raise RuntimeError(f"{name} failed (exit {done.returncode}):\n{done.stdout[-2000:]}\n"
+                       f"{done.stderr[-2000:]}")
+  s = json.loads(summary.read_text())
   return {"command": " ".join(cmd[1:]), "env_steps": s["env_steps"], "opt_steps": s["opt_steps"],
           "wall_s": s["wall_s"], "env_steps_per_sec": s["env_steps"] / s["wall_s"],
           "opt_steps_per_sec": s["opt_steps_per_sec"], "best_eval_reward": s.get("best_eval_reward"),
@@ -274,6 +280,8 @@ def markdown(report: dict) -> str:
     lines.append(f"| {r['agent']} | {r['batch']} | {r['cpu_sgd_steps_per_sec']:,.0f} | "
                  + (f"{acc:,.0f} | {r['accelerator_over_cpu']:.2f} |" if acc else "- | - |"))
   h = report.get("harness") or {"command": "(not reached)", "medians": {}}
+  if "failed" in h:
+    h = {"command": "failed: " + _cell(h["failed"]), "medians": {}}
   lines += ["", f"## Harness (`{h['command']}`)", "",
             "| variant | env steps/s | SGD steps/s |", "|---|---|---|"]
   for name, m in h["medians"].items():
@@ -284,7 +292,7 @@ def markdown(report: dict) -> str:
               "|---|---|---|---|---|"]
     for name, r in report["runs"].items():
       if "skipped" in r or "failed" in r:
-        why = r.get("skipped") or "failed: " + r["failed"].strip().splitlines()[-1][:200]
+        why = r.get("skipped") or "failed: " + _cell(r["failed"])
         lines.append(f"| {name} | - | - | - | {why} |")
         continue
       note = (f"{r['frames_per_sec_per_cpu']:,.0f} frames/s per CPU core (Cleanba: "
@@ -296,6 +304,12 @@ def markdown(report: dict) -> str:
     lines += ["", "## Accelerator memory (bytes)", ""]
     lines += [f"- {d}: {m}" for d, m in dev["memory"].items()]
   return "\n".join(lines) + "\n"
+
+
+def _cell(failure: str) -> str:
+  """A failure's last line, fit for a Markdown table cell."""
+  lines = failure.strip().splitlines() or ["(no output)"]
+  return lines[-1][:200].replace("|", "\\|")
 
 
 def write_report(report: dict, out: Path) -> None:
@@ -319,7 +333,11 @@ def main(args: Args) -> dict:
     workdir = Path(tmp)
     report["updates"] = measure_updates(args)
     write_report(report, out)
-    report["harness"] = run_harness(args, workdir)
+    try:
+      report["harness"] = run_harness(args, workdir)
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+      print(f"  harness FAILED: {str(e)[-600:]}", flush=True)
+      report["harness"] = {"failed": str(e)[-2000:]}
     write_report(report, out)
     if (accel or args.runs) and not args.quick:
       report["runs"] = {}
@@ -334,4 +352,6 @@ def main(args: Args) -> dict:
 
 if __name__ == "__main__":
   final = main(tyro.cli(Args))
-  sys.exit(1 if any("failed" in r for r in final.get("runs", {}).values()) else 0)
+  failed = ("failed" in final["harness"]
+            or any("failed" in r for r in final.get("runs", {}).values()))
+  sys.exit(1 if failed else 0)

@@ -6,6 +6,9 @@ Kept in a module of its own so that spawned actor processes can import it.
 from __future__ import annotations
 
 import dataclasses
+import os
+import time
+from pathlib import Path
 
 import gymnasium as gym
 
@@ -150,15 +153,14 @@ class BallastEnvFactory:
 class BarrierAgentFactory:
   """Builds the agent with ``factory``; unpickled in an actor process it first waits until
   ``n`` actors are unpickling theirs (a file each in ``directory``), and fails after
-  ``timeout`` s: only actors spawned side by side all get there."""
+  ``timeout`` s: only actors spawned side by side all get there. It must come before the
+  ballast in the spawn's arguments (the agent factory precedes the env factory), so that a
+  child waiting here leaves the ballast unread and its spawn unfinished."""
 
-  def __init__(self, factory, directory: str, n: int, timeout: float = 45.0):
+  def __init__(self, factory, directory: str, n: int, timeout: float = 90.0):
     self.factory, self.directory, self.n, self.timeout = factory, directory, n, timeout
 
   def __setstate__(self, state):
-    import os
-    import time
-    from pathlib import Path
     self.__dict__.update(state)
     folder = Path(self.directory)
     (folder / str(os.getpid())).touch()

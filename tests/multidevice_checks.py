@@ -211,9 +211,10 @@ def test_dqn_learns_cartpole_with_the_learner_on_two_devices(tmp_path):
 
 @pytest.mark.parametrize("num_devices", [1, 2])
 def test_the_lockstep_actor_acts_where_one_device_params_live(num_devices):
-  """The lock-step actor (``acts_on_published_device``) acts on a one-device learner's
-  publication where it lives (here cpu:1, as a GPU learner's would stay on the GPU) and copies
-  a publication split over several devices to the CPU; its actions are a CPU copy's."""
+  """The lock-step actor (``acts_on_published_device``, which the sync ``Trainer`` sets) acts on
+  a one-device learner's publication where it lives (here cpu:1, as a GPU learner's would stay
+  on the GPU) and copies a publication split over several devices to the CPU; its greedy
+  actions are a CPU copy's."""
   from jaxasync.actor import Actor, ActorConfig, ActorShared
   from jaxasync.param_store import ThreadParamStore
   from jaxasync.train import dqn as dqn_job
@@ -221,12 +222,14 @@ def test_the_lockstep_actor_acts_where_one_device_params_live(num_devices):
   env = ja.EnvFactory("CartPole-v1")
   agent = ja.DQN(dqn_job.cartpole_agent(), *ja.envs.spaces_of(env), "CartPole-v1")
   learner = ja.Learner(agent, seed=0, devices=jax.devices()[1:1 + num_devices])
+  learner.step(FixedSource([random_batch(agent, 0)]))  # (params that are not the init's)
   store = ThreadParamStore()
   store.publish(learner.model_info(host=False))
   actors = [Actor(0, agent, env(4, seed=0), ActorConfig(num_envs=4, chunk_steps=1), store,
                   ActorShared(np.zeros(1, np.int64), np.full(1, -1, np.int64)), seed=0,
                   acts_on_published_device=where) for where in (True, False)]
-  actions = [actor.choose().actions for actor in actors]
+  for actor in actors:
+    actor.adopt_latest()
   published = jax.tree.leaves(store.get().params)
   adopted = jax.tree.leaves(actors[0].params)
   if num_devices == 1:
@@ -235,4 +238,11 @@ def test_the_lockstep_actor_acts_where_one_device_params_live(num_devices):
   else:
     assert all(x.devices() == {jax.devices("cpu")[0]} for x in adopted)
   assert all(x.devices() == {jax.devices("cpu")[0]} for x in jax.tree.leaves(actors[1].params))
-  np.testing.assert_array_equal(actions[0], actions[1])
+  obs = np.random.default_rng(1).normal(size=(64, 4)).astype(np.float32)
+  greedy = [np.asarray(agent.policy(a.params, obs, np.random.default_rng(0), False))
+            for a in actors]
+  np.testing.assert_array_equal(greedy[0], greedy[1])
+  assert len(np.unique(greedy[0])) == 2  # (both actions: the comparison says something)
+  sync = ja.Trainer(agent, env, ja.RunConfig(max_opts=8, progress=False, eval_interval=0),
+                    ja.ActorsConfig(mode="sync", num_envs=2), recorder=ja.MemoryRecorder())
+  assert sync.feed.actor.acts_on_published_device

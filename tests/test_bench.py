@@ -59,3 +59,21 @@ def test_bench_atari_measures_every_backend(tmp_path):
     assert rate > 0 and len(result["repeats"][backend]) == 2
     assert result["frames_per_sec"][backend] == 4 * rate  # frame skip 4
   assert result["ratio_to_gymnasium"]["gymnasium"] == 1.0
+
+
+def test_bench_sync_params_times_each_way(tmp_path):
+  """scripts/bench_sync_params.py: each variant's rate and per-step times; the copy variants
+  time a copy per adoption, 'as-published' none (on this CPU learner the params are already
+  where the actor acts)."""
+  out = tmp_path / "sync.json"
+  proc = subprocess.run(
+      [sys.executable, str(SCRIPT.parent / "bench_sync_params.py"), "--duration", "1",
+       "--warmup", "0.3", "--json", str(out)], capture_output=True, text=True, timeout=180)
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  results = json.loads(out.read_text())["results"]
+  assert set(results) == {"copy", "device-get", "as-published"}
+  for variant, r in results.items():
+    assert r["env_steps_per_sec"] > 0, variant
+    assert r["us_per_vector_step"]["take"] > 0 and r["us_per_vector_step"]["choose"] > 0
+  assert results["device-get"]["us_per_vector_step"]["adopt"] > 0
+  assert results["as-published"]["us_per_vector_step"]["adopt"] == 0
