@@ -12,6 +12,10 @@ from __future__ import annotations
 
 BUSY = 0.3  # a side idle (learner waiting, actors blocked) at least this long is not the limit
 IDLE = 0.2  # ... and one idle less than this is (both below BUSY: balanced)
+# Below this share of the window in the loop's stages, the run was mostly starting (building
+# the agent, spawning actors, compiling): the fractions say nothing about either side. A
+# running loop accounts for 0.9 or more (the rest: records, hooks).
+RAN = 0.5
 
 
 def verdict(mode: str, stage_fractions: dict[str, float],
@@ -31,6 +35,9 @@ def verdict(mode: str, stage_fractions: dict[str, float],
   f = {k: max(0.0, float(v)) for k, v in stage_fractions.items()}
   update, wait, publish = f.get("update", 0.0), f.get("wait", 0.0), f.get("publish", 0.0)
   busy = update + f.get("sample", 0.0) + f.get("ingest", 0.0) + publish
+  if busy + wait < RAN:
+    return (f"no verdict: the loop ran {_pct(busy + wait)} of the time; the rest went to "
+            "starting the run (building the agent, starting actors, compiling): run longer")
   if mode == "sync":
     # The lock-step loop's "wait" is its own actor stepping the env.
     return (f"lock-step: acting (policy and env.step) {_pct(wait)} of the time, learning "

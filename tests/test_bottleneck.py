@@ -51,6 +51,15 @@ def test_verdicts_by_hand():
   assert verdict("sync", {"update": 0.52, "sample": 0.01, "wait": 0.41}) == (
       "lock-step: acting (policy and env.step) 41 % of the time, learning 53 %: "
       "--mode process overlaps the two")
+  # A run whose duration went to starting (14 Atari actors spawned one after another spent a
+  # 54 s run there): no verdict on either side, and no "balanced" of idle zeros.
+  started = {"update": 1e-5, "publish": 2e-4, "wait": 0.0, "ingest": 0.0, "sample": 0.0}
+  for mode, blocked in (("async-process", 0.0), ("sync", None), ("async-ray", None)):
+    assert verdict(mode, started, blocked) == (
+        "no verdict: the loop ran 0 % of the time; the rest went to starting the run "
+        "(building the agent, starting actors, compiling): run longer")
+  assert verdict("async-process", {"update": 0.2, "wait": 0.25}, 0.0).startswith("no verdict")
+  assert verdict("async-process", {"update": 0.3, "wait": 0.25}, 0.0).startswith("balanced")
   # Not measured (Ray actors): the learner's side alone.
   assert verdict("async-ray", starved, None).startswith("actor-bound: the learner waited 62 %")
   assert verdict("async-ray", learner_busy, None).startswith("learner-bound or balanced")
