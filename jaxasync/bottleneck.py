@@ -12,14 +12,16 @@ from __future__ import annotations
 
 BUSY = 0.3  # a side idle (learner waiting, actors blocked) at least this long is not the limit
 IDLE = 0.2  # ... and one idle less than this is (both below BUSY: balanced)
-# Below this share of the window in the loop's stages, the run was mostly starting (building
-# the agent, spawning actors, compiling): the fractions say nothing about either side. A
-# running loop accounts for 0.9 or more (the rest: records, hooks).
+# Below this share of a window that begins at the run's start in the loop's stages, the run
+# was mostly starting (building the agent, spawning actors, compiling): the fractions say
+# nothing about either side. (Later windows are not judged so: a lock-step run's evaluations,
+# and hooks, take the loop's thread outside every stage.)
 RAN = 0.5
 
 
 def verdict(mode: str, stage_fractions: dict[str, float],
-            actors_blocked: float | None = None, replay: bool = True) -> str:
+            actors_blocked: float | None = None, replay: bool = True,
+            from_start: bool = False) -> str:
   """One line: which side limits the run and what to change.
 
   Args:
@@ -31,11 +33,13 @@ def verdict(mode: str, stage_fractions: dict[str, float],
       never blocks); ``None`` when not measured (Ray actors, whose queue is on their node).
     replay: the learner samples a replay (its hint names the replay ratio); False: unrolls
       through a queue (on-policy: the hint names the batch and the epochs).
+    from_start: the window begins at the run's start (a run that never recorded, or the
+      first record's interval), so it holds the run's start-up.
   """
   f = {k: max(0.0, float(v)) for k, v in stage_fractions.items()}
   update, wait, publish = f.get("update", 0.0), f.get("wait", 0.0), f.get("publish", 0.0)
   busy = update + f.get("sample", 0.0) + f.get("ingest", 0.0) + publish
-  if busy + wait < RAN:
+  if from_start and busy + wait < RAN:
     return (f"no verdict: the loop ran {_pct(busy + wait)} of the time; the rest went to "
             "starting the run (building the agent, starting actors, compiling): run longer")
   if mode == "sync":

@@ -684,7 +684,8 @@ class LearnerLoop:
     dt = max(1e-9, t1 - t0)
     fractions = {k: (v - stages0.get(k, 0.0)) / dt for k, v in stages1.items()}
     blocked = None if blocked1 is None else min(1.0, (blocked1 - (blocked0 or 0.0)) / dt)
-    return verdict(self.feed.mode, fractions, blocked, self.samples_replay), blocked
+    return verdict(self.feed.mode, fractions, blocked, self.samples_replay,
+                   from_start=t0 == self.ledger.start), blocked
 
   def bottleneck(self) -> tuple[str, float | None]:
     """Which side limits the run, in one line, and the actors' blocked fraction: from the first

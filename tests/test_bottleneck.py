@@ -55,11 +55,16 @@ def test_verdicts_by_hand():
   # 54 s run there): no verdict on either side, and no "balanced" of idle zeros.
   started = {"update": 1e-5, "publish": 2e-4, "wait": 0.0, "ingest": 0.0, "sample": 0.0}
   for mode, blocked in (("async-process", 0.0), ("sync", None), ("async-ray", None)):
-    assert verdict(mode, started, blocked) == (
+    assert verdict(mode, started, blocked, from_start=True) == (
         "no verdict: the loop ran 0 % of the time; the rest went to starting the run "
         "(building the agent, starting actors, compiling): run longer")
-  assert verdict("async-process", {"update": 0.2, "wait": 0.25}, 0.0).startswith("no verdict")
-  assert verdict("async-process", {"update": 0.3, "wait": 0.25}, 0.0).startswith("balanced")
+  assert verdict("async-process", {"update": 0.2, "wait": 0.25}, 0.0,
+                 from_start=True).startswith("no verdict")
+  assert verdict("async-process", {"update": 0.3, "wait": 0.25}, 0.0,
+                 from_start=True).startswith("balanced")
+  # A later window is judged as it is: a lock-step run's evaluations block the loop's thread
+  # outside every stage.
+  assert verdict("sync", {"update": 0.2, "wait": 0.2}).startswith("lock-step: acting")
   # Not measured (Ray actors): the learner's side alone.
   assert verdict("async-ray", starved, None).startswith("actor-bound: the learner waited 62 %")
   assert verdict("async-ray", learner_busy, None).startswith("learner-bound or balanced")

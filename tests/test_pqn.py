@@ -274,10 +274,12 @@ def test_publishing_less_often_than_the_lag_bound_is_refused_before_the_run():
 
 def test_the_preset_run_by_a_process_actor_learns_from_every_unroll(tmp_path):
   # The preset's actors (a queue of one unroll, params after every iteration) keep the
-  # unrolls within max_policy_lag: the run makes the iterations its env steps pay for (with
-  # the class's queue of 4 and params every 50 SGD steps it stopped at 5, and a sixth of the
-  # unrolls were dropped). With another job on the machine, one unroll in a run can arrive a
-  # lag past the bound and is dropped (2 of 13 runs beside a MinAtar benchmark; none in CI).
+  # unrolls within max_policy_lag: the run makes the iterations its env steps pay for. With
+  # the class's queue of 4 and params every 50 SGD steps, 190 of 196 unrolls were dropped and
+  # the run stopped at 5; with the queue of 4 alone, a sixth were (here: 10 dropped, 29
+  # iterations). The dropped_stale bound is the guard against those. With another job on
+  # the machine, one unroll in a run can arrive a lag past the bound and is dropped (2 of 13
+  # runs beside a MinAtar benchmark; none in CI).
   logdir = tmp_path / "run"
   out = subprocess.run([sys.executable, "experiments/pqn.py", "--mode", "process",
                         "--no-progress", "--max-env-steps", "20480", "--eval-interval", "20",
