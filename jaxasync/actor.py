@@ -152,6 +152,7 @@ class Actor:
                acts_on_published_device: bool = False):
     self.actor_id, self.agent, self.env, self.config = actor_id, agent, env, config
     self.acts_on_published_device = acts_on_published_device
+    self._use_published: bool | None = None  # (set at the first adoption)
     self.param_store, self.shared, self.inference = param_store, shared, inference
     self.rng = np.random.default_rng(seed)
     obs, _ = env.reset(seed=seed if env_seed is None else env_seed)
@@ -174,9 +175,12 @@ class Actor:
       info = self.param_store.get()
       # On a GPU learner a CPU copy per publication cost the lock-step loop 2.1 ms per vector
       # step, acting there ~1 ms (docs/accelerator.md, "The sync loop on a GPU").
-      # (Params split over several learner devices are copied: acting would run on all.)
+      # (Params split over several learner devices are copied: acting would run on all. The
+      # learner's devices are the run's, so the first publication decides.)
       params = info.params
-      if not (self.acts_on_published_device and on_one_device(params)):
+      if self._use_published is None:
+        self._use_published = self.acts_on_published_device and on_one_device(params)
+      if not self._use_published:
         params = to_cpu(params, published=True)
       self.version, self.params = info.version, params
       self.shared.adopted_version[self.actor_id] = self.version

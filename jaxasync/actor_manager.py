@@ -218,11 +218,6 @@ class ActorManager:
     (docs/accelerator.md).
     """
     self._started = time.perf_counter()
-    if self.mode != "process" or self.num_actors == 1:
-      with self._actor_environ():
-        for i in range(self.num_actors):
-          self._spawn(i)
-      return
     errors: list[BaseException] = []
     workers = [self._worker(i) for i in range(self.num_actors)]  # (pipes made here, in order)
 
@@ -233,19 +228,24 @@ class ActorManager:
         errors.append(e)
 
     with self._actor_environ():
-      threads = [threading.Thread(target=launch, args=(i,), name=f"jaxasync-spawn-{i}")
-                 for i in range(self.num_actors)]
-      for t in threads:
-        t.start()
-      for t in threads:
-        t.join()
+      if self.mode == "process":
+        threads = [threading.Thread(target=launch, args=(i,), name=f"jaxasync-spawn-{i}")
+                   for i in range(self.num_actors)]
+        for t in threads:
+          t.start()
+        for t in threads:
+          t.join()
+      else:
+        for i in range(self.num_actors):
+          launch(i)
     if errors:
       # (No actor may outlive a start that failed: stop those launched, and close the write
-      # ends of the pipes made for those that were not.)
+      # ends of the pipes made for processes that were not.)
       self.stop_and_join()
-      for i, (_, channel) in enumerate(workers):
-        if self._workers[i] is None:
-          channel.close()
+      if self.mode == "process":
+        for i, (_, channel) in enumerate(workers):
+          if self._workers[i] is None:
+            channel.close()
       raise errors[0]
 
   def check(self) -> None:
