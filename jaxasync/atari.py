@@ -50,13 +50,13 @@ the 108k-frame cap
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from jaxasync.errors import ConfigError
+from jaxasync.placement import usable_cores
 
 BACKENDS = ("gymnasium", "ale_vector", "envpool")
 
@@ -285,8 +285,7 @@ class AtariEnvFactory:
 
   def _threads(self, num_envs: int) -> int:
     # The cores this process may run on (an actor pinned to one core gets one thread).
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return self.num_threads or min(num_envs, cores or 1)
+    return self.num_threads or min(num_envs, len(usable_cores()))
 
   def _envpool(self, num_envs: int, seed: int | None) -> gym.vector.VectorEnv:
     try:

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from typing import Any, ClassVar, Literal
 
 from jaxasync.errors import ConfigError
+from jaxasync.placement import usable_cores
 
 ActorMode = Literal["auto", "sync", "thread", "process", "ray"]
 
@@ -109,7 +109,7 @@ def default_actor_mode() -> str:
   """What ``mode='auto'`` means here: one actor process beside the learner when there are >= 2
   cores, else the lock-step actor (with one core there is nothing to overlap; README,
   'Choosing a mode', has the figures)."""
-  return "process" if (os.cpu_count() or 1) >= 2 else "sync"
+  return "process" if len(usable_cores()) >= 2 else "sync"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,7 +137,11 @@ class ActorsConfig:
     sync_interval: SGD steps between publications of the params to the actors (the lock-step
       actor acts on the params of the last update call).
     max_restarts: restarts allowed per actor; one more failure ends the run (ActorFailed).
-    pin_cpus: pin the learner to core 0 and actor i to core 1 + i mod (cores - 1).
+    pin_cpus: 'auto': pinned like True when the learner's thread and the process actors
+      fill the usable cores, one each, and no other jaxasync run on this machine holds any
+      of them; else placed by the OS (jaxasync.placement says why); True: the learner on the
+      first usable core and actor i on usable core 1 + i mod (cores - 1), whatever runs
+      there; False: no pinning.
     serialize_env_init: build the actors' envs one at a time (border's guard_init_env).
     inference_servers: 0: each actor runs its own policy copy on its CPU; n >= 1: SEED-style
       central inference, n InferenceServer threads in the learner's process batch the
@@ -166,7 +170,7 @@ class ActorsConfig:
   drop_when_full: bool = False
   sync_interval: int = 50
   max_restarts: int = 3
-  pin_cpus: bool = False
+  pin_cpus: bool | Literal["auto"] = "auto"
   serialize_env_init: bool = False
   inference_servers: int = 0
   inference_batchsize: int = 4
@@ -213,7 +217,7 @@ class ActorsConfig:
         raise ConfigError("Ray actors act with their own params copy: central inference "
                           "(inference_servers) serves thread and process actors; set "
                           "inference_servers=0 or another mode.")
-      if self.drop_when_full or self.pin_cpus or self.serialize_env_init:
+      if self.drop_when_full or self.pin_cpus is True or self.serialize_env_init:
         raise ConfigError("drop_when_full, pin_cpus and serialize_env_init apply to thread and "
                           "process actors; Ray actors are pulled (nothing to drop) and placed by "
                           "Ray. Unset them for mode='ray'.")
@@ -225,6 +229,8 @@ class ActorsConfig:
     if self.inference_servers < 0 or self.inference_batchsize < 1 or self.inference_delay < 0:
       raise ConfigError("inference_servers must be >= 0, inference_batchsize >= 1 and "
                         "inference_delay >= 0.")
+    if self.pin_cpus not in (True, False, "auto"):
+      raise ConfigError(f"pin_cpus must be True, False or 'auto', got {self.pin_cpus!r}.")
     if self.inference_device not in ("default", "cpu"):
       raise ConfigError(f"inference_device must be 'default' or 'cpu', got {self.inference_device!r}.")
 

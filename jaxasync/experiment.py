@@ -183,11 +183,9 @@ def mujoco_off_policy(warmup_period: int) -> tuple[ja.ReplayConfig, ja.RunConfig
 
 def on_policy_actors() -> ja.ActorsConfig:
   """The actors of the on-policy scripts (IMPALA, PPO): one actor process with 8 envs,
-  pinned, params published after every SGD step."""
-  # Pinned: learner on core 0, actors on the others (the actor then keeps 1.0x its lone pace
-  # beside the learner, 0.63x unpinned: README, Performance). Published every SGD step:
-  # on-policy learning wants the freshest behaviour policy.
-  return ja.ActorsConfig(mode="auto", num_envs=8, sync_interval=1, pin_cpus=True)
+  params published after every SGD step (on-policy learning wants the freshest behaviour
+  policy). Placement is the default's ('auto': pinned where the cores are free)."""
+  return ja.ActorsConfig(mode="auto", num_envs=8, sync_interval=1)
 
 
 def lockstep_actors(actors: ja.ActorsConfig, defaults: ja.ActorsConfig) -> ja.ActorsConfig:

@@ -36,6 +36,7 @@ from jaxasync.hooks import EvalWorker, Hook, IntervalTrigger, progress_bar
 from jaxasync.ledger import RunLedger
 from jaxasync.learner import Learner
 from jaxasync.param_store import ParamStore, host_copy
+from jaxasync.placement import Placement, unpinned
 from jaxasync.recorder import Recorder
 from jaxasync.sources.base import DataSource
 from jaxasync.sources.replay import ReplaySource
@@ -254,17 +255,19 @@ class ActorFeed:
       ``RayActorManager``, whose receiver thread fills ``transport`` with Ray actors' chunks).
     transport: the queue they push into.
     inference: the SEED inference server, or ``None``.
-    pin_cpu: pin the learner's process to this core while the run lasts.
+    placement: where the learner loop's thread runs (``jaxasync.placement``; the actors'
+      cores are in their configs); its core claims are released at ``close``.
   """
 
   interrupt_main_when_stuck = False
   finish_due_updates = False
 
   def __init__(self, manager: Actors, transport: ChunkQueue, inference=None,
-               pin_cpu: int | None = None):
+               placement: Placement | None = None):
     self.manager, self.transport, self.inference = manager, transport, inference
     self.mode = f"async-{manager.mode}"
-    self._pin_cpu, self._saved_affinity = pin_cpu, None
+    self.placement = placement or unpinned(manager.num_actors, "unpinned")
+    self._saved_affinity = None
     self._last_check = 0.0
     self.actor_stats: list[ActorStats] = []
     self.waiting = False  # the loop waits for data (no update since), for the watchdog
@@ -276,9 +279,10 @@ class ActorFeed:
     return self.transport.dropped
 
   def start(self) -> None:
-    if self._pin_cpu is not None and hasattr(os, "sched_setaffinity"):
-      self._saved_affinity = os.sched_getaffinity(0)
-      os.sched_setaffinity(0, {self._pin_cpu})
+    core = self.placement.learner_core
+    if core is not None and hasattr(os, "sched_setaffinity"):
+      self._saved_affinity = os.sched_getaffinity(0)  # (the calling thread's own)
+      os.sched_setaffinity(0, {core})
     if self.inference is not None:
       self.inference.start()
     self.manager.start()
@@ -364,10 +368,13 @@ class ActorFeed:
   def close(self) -> None:
     if self._saved_affinity is not None:
       os.sched_setaffinity(0, self._saved_affinity)
+      self._saved_affinity = None
+    self.placement.release()
 
   def summary(self) -> dict:
     return {"dropped_chunks": self.transport.dropped,
             "actor_restarts": sum(self.manager.restarts),
+            "placement": self.placement.how,
             "actors": [dataclasses.asdict(s) for s in self.actor_stats]}
 
 

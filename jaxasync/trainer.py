@@ -32,6 +32,7 @@ from jaxasync.learner import Learner
 from jaxasync.loop import ActorFeed, LearnerLoop, LockstepFeed
 from jaxasync.param_store import SharedParamStore, ThreadParamStore
 from jaxasync.pipeline import DataPipeline
+from jaxasync.placement import place
 from jaxasync.recorder import NullRecorder, Recorder
 from jaxasync.sharding import check_batch_divides, learner_devices
 from jaxasync.sources.replay import ReplaySource
@@ -225,12 +226,25 @@ class Trainer:
                        chunk_steps: int, resumes: int = 0, resumed_env_steps: int = 0
                        ) -> ActorFeed:
     c, ac = self.config, self.actors
-    cores = os.cpu_count() or 1
     # A resumed run's actors get fresh seeds (not the first run's trajectories again).
     seed = c.seed if not resumes else actor_seed(c.seed, 0, 1_000 * resumes)
+    # Auto placement pins process actors only (Ray places its own; thread actors share the
+    # learner's GIL, which pinning does not change).
+    pin = ac.pin_cpus if ac.pin_cpus != "auto" or ac.resolved_mode == "process" else False
+    placement = place(ac.num_actors, False if ac.resolved_mode == "ray" else pin)
+    try:
+      return self._make_actors(agent, agent_factory, env_factory, collector, chunk_steps,
+                               seed, placement, resumed_env_steps)
+    except BaseException:
+      placement.release()  # (the feed that would release it at the run's end was not made)
+      raise
+
+  def _make_actors(self, agent, agent_factory, env_factory, collector, chunk_steps: int,
+                   seed: int, placement, resumed_env_steps: int) -> ActorFeed:
+    c, ac = self.config, self.actors
     configs = [ActorConfig(num_envs=ac.num_envs, chunk_steps=chunk_steps,
                            collector=collector, seed=seed, num_actors=ac.num_actors,
-                           cpu=(1 + i % max(1, cores - 1)) % cores if ac.pin_cpus else None)
+                           cpu=placement.actor_cores[i])
                for i in range(ac.num_actors)]
     inference = None
     if ac.resolved_mode == "ray":
@@ -253,7 +267,7 @@ class Trainer:
                              ac.resolved_mode, ac.max_restarts, ac.serialize_env_init, inference)
     for i in range(ac.num_actors):  # exploration schedules continue where the run was
       manager.shared.env_steps[i] = resumed_env_steps // ac.num_actors
-    return ActorFeed(manager, transport, inference, pin_cpu=0 if ac.pin_cpus else None)
+    return ActorFeed(manager, transport, inference, placement)
 
   # --- what callers look at --------------------------------------------------------------
   @property

@@ -198,8 +198,8 @@ def run_harness(args: Args, workdir: Path) -> dict:
     cmd += ["--variants", "learner", "sync", "--duration", "1", "--warmup", "0.5",
             "--repeats", "1"]
   else:
-    cmd += ["--variants", "actor", "learner", "sync", "process", "pinned", "--duration", "5",
-            "--repeats", str(args.harness_repeats)]
+    cmd += ["--variants", "actor", "learner", "sync", "process", "pinned", "default",
+            "--duration", "5", "--repeats", str(args.harness_repeats)]
     if len(jax.devices()) > 1:
       cmd += ["--learner-devices", "1", str(len(jax.devices()))]
   print("  harness: " + " ".join(cmd[1:]), flush=True)

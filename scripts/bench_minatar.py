@@ -34,7 +34,7 @@ not hold earlier runs):
   python scripts/bench_minatar.py                                   # every preset, Breakout
   python scripts/bench_minatar.py --algos ppo pqn --duration 60 --env-id MinAtar/Asterix-v1
   python scripts/bench_minatar.py --json /tmp/minatar_throughput.json
-  python scripts/bench_minatar.py --algos ppo pqn --extra="--no-pin-cpus"  # a setting tried on each
+  python scripts/bench_minatar.py --algos ppo pqn --extra="--pin-cpus False"  # tried on each
 """
 
 from __future__ import annotations
@@ -88,8 +88,8 @@ class Args:
   """seconds the env alone is stepped, per distinct number of sub-envs."""
   seed: int = 0
   extra: str = ""
-  """flags appended to every run's command, as one string (write the '=': --extra="--no-pin-cpus"),
-  as in bench_learning.py."""
+  """flags appended to every run's command, as one string (write the '=':
+  --extra="--pin-cpus False"), as in bench_learning.py."""
   logdir: str | None = None
   """where the runs write (default: a temporary directory, removed at the end)."""
   json: str | None = None

@@ -19,14 +19,18 @@ Variants (--variants picks a subset):
   sync     (c) `jaxasync.Trainer` with its lock-step actor (ActorsConfig(mode="sync")),
            max_opts=10**9, eval_interval=0.
   thread   (d) `jaxasync.Trainer` with thread actors (ActorsConfig(mode="thread")).
-  process  (e) `jaxasync.Trainer` with process actors (spawn; ActorsConfig(mode="process")).
-  pinned   (e') the same with pin_cpus=True (learner on core 0, actors on the others).
+  process  (e) `jaxasync.Trainer` with process actors (spawn; ActorsConfig(mode="process",
+           pin_cpus=False)), placed by the OS.
+  pinned   (e') the same with pin_cpus=True (learner on the first usable core, actors on the
+           others).
+  default  (e'') the same with pin_cpus='auto', the default (jaxasync.placement: pinned on
+           cores no other jaxasync run holds, if there is one for the learner and each actor).
   ray      (f) the same with Ray actors (a local Ray instance, started once: not timed). Also
            "ray_actor": one Ray actor alone, its chunks pulled as fast as they come (a
            RayActorManager into a ChunkQueue read in a loop), against (a): per-chunk overhead = 1 / its chunks/s
            - 1 / (a)'s chunks/s. Not in the default --variants (it needs Ray:
            pip install 'jaxasync[ray]').
-For (c)-(e') the trainers are `jaxasync.Trainer(agent, env, run, actors, recorder,
+For (c)-(e'') the trainers are `jaxasync.Trainer(agent, env, run, actors, recorder,
 agent_factory=...)` (RunConfig, ActorsConfig; the agent's own data pipeline), with a recorder that
 timestamps every record (one per 100 opt steps) and snapshots the counters and stage timers.
 The first record comes after the first update call, i.e. once actors have delivered the
@@ -107,9 +111,10 @@ from jaxasync.actor import ActorShared, run_actor
 from jaxasync.param_store import to_cpu
 from jaxasync.types import transition_example
 
-Variant = Literal["actor", "learner", "sync", "thread", "process", "pinned", "ray"]
+Variant = Literal["actor", "learner", "sync", "thread", "process", "pinned", "default", "ray"]
 ASYNC_VARIANTS = {"thread": ("thread", False), "process": ("process", False),
-                  "pinned": ("process", True), "ray": ("ray", False)}
+                  "pinned": ("process", True), "default": ("process", "auto"),
+                  "ray": ("ray", False)}
 RECORD_INTERVAL = 100  # opt steps between the trainers' records (our timestamps)
 
 
@@ -119,7 +124,8 @@ class Args:
   agent: Literal["dqn", "impala"] = "dqn"
   """'impala': the on-policy path (unrolls through the queue; experiments/impala.py's agent
   and actor settings); 'learner' and 'pure' are replay measurements and are skipped."""
-  variants: tuple[Variant, ...] = ("actor", "learner", "sync", "thread", "process", "pinned")
+  variants: tuple[Variant, ...] = ("actor", "learner", "sync", "thread", "process", "pinned",
+                                   "default")
   """what to measure (see the docstring); 'actor' includes bare, 'learner' includes pure."""
   duration: float = 8.0
   """measured seconds per figure and repeat."""
@@ -318,6 +324,60 @@ def measure_pure(args: Args, agent, replay: ja.ReplayBuffer) -> dict:
 
 
 # --- (c)-(e') trainers ----------------------------------------------------------------------------
+# --- where the machine's CPU goes (Linux /proc) ---------------------------------------------------
+CPU_SAMPLE_S = 0.5  # seconds between snapshots taken at the trainers' records
+
+
+def cpu_snapshot() -> dict | None:
+  """CPU seconds so far of this process ('learner': loop thread, XLA's threads, evaluation),
+  of each descendant by kind ('actors': spawned actor processes; 'ray_workers' and
+  'ray_daemons': a local Ray instance's worker processes and its raylet, GCS and helpers) and
+  of the whole machine (/proc/stat); None where /proc is not there."""
+  try:
+    tick = os.sysconf("SC_CLK_TCK")
+    with open("/proc/stat") as f:
+      fields = [int(x) for x in f.readline().split()[1:]]
+  except (OSError, ValueError):
+    return None
+  busy = sum(fields) - fields[3] - fields[4]  # (all but idle and iowait)
+  parent, cpu, cmd = {}, {}, {}
+  for name in os.listdir("/proc"):
+    if not name.isdigit():
+      continue
+    try:
+      with open(f"/proc/{name}/stat") as f:
+        stat = f.read()
+      with open(f"/proc/{name}/cmdline", "rb") as f:
+        cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:  # (gone since the listing)
+      continue
+    rest = stat[stat.rindex(")") + 2:].split()
+    pid = int(name)
+    parent[pid], cpu[pid], cmd[pid] = int(rest[1]), (int(rest[11]) + int(rest[12])) / tick, cmdline
+  me, kinds = os.getpid(), {}
+  for pid in cpu:  # (descendants of this process, by walking up)
+    p, depth = parent.get(pid), 0
+    while p not in (None, 0, 1, me) and depth < 64:
+      p, depth = parent.get(p), depth + 1
+    if pid == me:
+      kinds[pid] = "learner"
+    elif p == me:
+      kinds[pid] = ("ray_workers" if "ray::" in cmd[pid] or "default_worker.py" in cmd[pid]
+                    else "ray_daemons" if "ray" in cmd[pid] else "actors")
+  return {"t": time.perf_counter(), "machine": busy / tick, "per_pid": cpu, "kinds": kinds}
+
+
+def cpu_cores_used(a: dict, z: dict) -> dict[str, float]:
+  """Cores each kind used between two snapshots (CPU seconds / wall seconds); 'rest' is the
+  machine's other load. A process started in between counts from 0, one gone is left out."""
+  dt = max(1e-9, z["t"] - a["t"])
+  used = dict.fromkeys(("learner", "actors", "ray_workers", "ray_daemons"), 0.0)
+  for pid, kind in z["kinds"].items():
+    used[kind] += (z["per_pid"][pid] - a["per_pid"].get(pid, 0.0)) / dt
+  used["rest"] = max(0.0, (z["machine"] - a["machine"]) / dt - sum(used.values()))
+  return used
+
+
 class WindowRecorder:
   """A Recorder that timestamps the trainer's records and snapshots its counters and stage timers.
 
@@ -330,6 +390,7 @@ class WindowRecorder:
   def __init__(self, warmup: float, duration: float):
     self.warmup, self.duration = warmup, duration
     self.points: list[dict] = []
+    self.cpu: list[dict] = []  # cpu_snapshot()s, one per CPU_SAMPLE_S at most
     self.trainer, self.stage_times = None, lambda: {}
 
   def attach(self, trainer, stage_times) -> None:
@@ -349,6 +410,10 @@ class WindowRecorder:
                         "stages": dict(self.stage_times())})
     if len(self.points) == 1 and self.trainer is not None:
       self.trainer.ledger.request_stop(after_s=self.warmup + self.duration + 0.01)
+    if not self.cpu or now - self.cpu[-1]["t"] >= CPU_SAMPLE_S:
+      snapshot = cpu_snapshot()
+      if snapshot is not None:
+        self.cpu.append(snapshot)
 
   def close(self) -> None:
     pass
@@ -364,7 +429,9 @@ class WindowRecorder:
     dt = max(1e-9, z["t"] - a["t"])
     stages = {k: (z["stages"][k] - a["stages"][k]) / dt for k in z["stages"]}
     stages["other"] = 1.0 - sum(stages.values())
-    return {"env_steps_per_sec": (z["env_steps"] - a["env_steps"]) / dt,
+    cpu = [s for s in self.cpu if a["t"] <= s["t"] <= z["t"]]
+    return {**({"cpu_cores": cpu_cores_used(cpu[0], cpu[-1])} if len(cpu) >= 2 else {}),
+            "env_steps_per_sec": (z["env_steps"] - a["env_steps"]) / dt,
             "samples_per_sec": (z["samples"] - a["samples"]) / dt,
             "opt_steps_per_sec": (z["opt_steps"] - a["opt_steps"]) / dt,
             "window_s": dt, "records_in_window": len(pts),
@@ -417,10 +484,11 @@ def measure_async(args: Args, agent_factory, env: ja.EnvFactory, variant: str) -
   try:
     summary = trainer.train()
   finally:
-    if affinity is not None:  # pin_cpus pins the calling thread to core 0 and leaves it there
+    if affinity is not None:  # (the feed unpins the calling thread at its close; a run that
+      # fails before it would leave it pinned)
       os.sched_setaffinity(0, affinity)
   return {**recorder.window(), **summary_figures(summary),
-          "dropped_chunks": summary["dropped_chunks"]}
+          "dropped_chunks": summary["dropped_chunks"], "placement": summary["placement"]}
 
 
 # --- (g) time to solve ----------------------------------------------------------------------------
@@ -447,9 +515,11 @@ def solve(args: Args, agent_factory, env: ja.EnvFactory, variant: str, seed: int
 
 # --- driver ---------------------------------------------------------------------------------------
 def median_of(runs: list[dict]) -> dict:
-  """Per-key medians over repeats (nested dicts too)."""
+  """Per-key medians over repeats (nested dicts too), of the keys every repeat has."""
   out = {}
   for key, value in runs[0].items():
+    if not all(key in r for r in runs):
+      continue
     if isinstance(value, dict):
       out[key] = median_of([r[key] for r in runs])
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -621,6 +691,9 @@ def stages_text(name: str, m: dict) -> str:
   stages = " ".join(f"{k}={v:.2f}" for k, v in m.get("stage_fractions", {}).items())
   if "queue_length_mean" in m and name != "sync":
     stages += f" | queue {m['queue_length_mean']:.0f} lag {m['policy_lag_mean']:.0f}"
+  if "cpu_cores" in m:  # (kinds that used no CPU left out)
+    stages += " | cores: " + " ".join(f"{k}={v:.2f}" for k, v in m["cpu_cores"].items()
+                                      if v >= 0.005)
   return stages
 
 

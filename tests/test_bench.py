@@ -2,9 +2,13 @@
 
 import json
 import math
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_throughput.py"
 
@@ -77,3 +81,42 @@ def test_bench_sync_params_times_each_way(tmp_path):
     assert r["us_per_vector_step"]["take"] > 0 and r["us_per_vector_step"]["choose"] > 0
   assert results["device-get"]["us_per_vector_step"]["adopt"] > 0
   assert results["as-published"]["us_per_vector_step"]["adopt"] == 0
+
+
+def _harness():
+  sys.path.insert(0, str(SCRIPT.parent))
+  import bench_throughput
+  return bench_throughput
+
+
+def test_cores_used_per_kind_between_two_snapshots():
+  bt = _harness()
+  a = {"t": 10.0, "machine": 100.0, "per_pid": {1: 5.0, 2: 3.0, 9: 1.0},
+       "kinds": {1: "learner", 2: "actors", 9: "actors"}}
+  # Over 2 s: the learner 1.8 CPU s, actor 2 1.6, actor 9 gone, a Ray daemon started (0.4);
+  # the machine was busy 4.5 CPU s in all, so 0.7 s were other load.
+  z = {"t": 12.0, "machine": 104.5, "per_pid": {1: 6.8, 2: 4.6, 3: 0.4},
+       "kinds": {1: "learner", 2: "actors", 3: "ray_daemons"}}
+  used = bt.cpu_cores_used(a, z)
+  assert used == {"learner": pytest.approx(0.9), "actors": pytest.approx(0.8),
+                  "ray_workers": 0.0, "ray_daemons": pytest.approx(0.2),
+                  "rest": pytest.approx(0.35)}
+
+
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="reads /proc")
+def test_a_busy_child_process_is_counted_as_an_actor():
+  bt = _harness()
+  child = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\n"
+                            "while time.time() - t < 30: pass"])
+  try:
+    time.sleep(0.5)
+    a = bt.cpu_snapshot()
+    time.sleep(1.0)
+    z = bt.cpu_snapshot()
+  finally:
+    child.kill()
+    child.wait()
+  assert a["kinds"][os.getpid()] == "learner" and z["kinds"][child.pid] == "actors"
+  used = bt.cpu_cores_used(a, z)
+  assert used["actors"] > 0.3  # (a spinning child: a core, less what 2 shared cores allow)
+  assert used["learner"] < 0.3  # (this process slept)

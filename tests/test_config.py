@@ -40,10 +40,10 @@ def test_a_sync_run_refuses_the_actor_fields_it_would_ignore(changes):
 
 
 def test_auto_is_checked_as_the_mode_it_resolves_to(monkeypatch):
-  monkeypatch.setattr(config.os, "cpu_count", lambda: 1)
+  monkeypatch.setattr(config, "usable_cores", lambda: (0,))
   with pytest.raises(ja.ConfigError, match=r"mode 'auto' \(here 'sync': one core\).*num_actors=2"):
     ja.ActorsConfig(mode="auto", num_actors=2).validate()
-  monkeypatch.setattr(config.os, "cpu_count", lambda: 4)
+  monkeypatch.setattr(config, "usable_cores", lambda: (0, 1, 2, 3))
   ja.ActorsConfig(mode="auto", num_actors=2).validate()
 
 
@@ -56,10 +56,10 @@ def test_the_trainer_refuses_it_before_building_anything():
 
 @pytest.mark.parametrize("module, argv", [
     (dqn, ["--mode", "sync"]),  # sync_interval=10 (the scripts' async publication)
-    (impala, ["--mode", "sync"]),  # sync_interval=1, pin_cpus (on_policy_actors)
-    (impala, ["--preset", "minatar", "--mode", "sync"]),  # the preset's num_envs, pin_cpus
+    (impala, ["--mode", "sync"]),  # sync_interval=1 (on_policy_actors)
+    (impala, ["--preset", "minatar", "--mode", "sync"]),  # the preset's num_envs
     (pqn, []),  # the cartpole preset is lock-step
-    (pqn, ["--preset", "minatar", "--mode", "sync"]),  # the preset's sync_interval, pin_cpus
+    (pqn, ["--preset", "minatar", "--mode", "sync"]),  # the preset's sync_interval, queue_size
     (rainbow, ["--preset", "atari", "--mode", "sync"]),
 ])
 def test_a_scripts_own_actor_defaults_give_way_to_mode_sync(module, argv):

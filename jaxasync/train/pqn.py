@@ -53,7 +53,7 @@ def cartpole_actors() -> ja.ActorsConfig:
   # actor ran ahead, a sixth of the unrolls were dropped as stale, and the learning rate,
   # annealed over the iterations 500k env steps pay for, never reached 0
   # (docs/bench_learning_results.md).
-  return ja.ActorsConfig(mode="sync", num_envs=16, sync_interval=1, pin_cpus=True, queue_size=1)
+  return ja.ActorsConfig(mode="sync", num_envs=16, sync_interval=1, queue_size=1)
 
 
 def cartpole_run() -> ja.RunConfig:
@@ -100,8 +100,7 @@ def minatar_preset() -> Args:
   run = ja.RunConfig(max_opts=1_000_000, max_env_steps=10_000_000, updates_per_call=1,
                      eval_interval=50, record_interval=10, save_interval=250)
   return Args(preset="minatar", env_id="MinAtar/Breakout-v1", agent=agent, run=run,
-              actors=ja.ActorsConfig(mode="auto", num_envs=128, sync_interval=1, pin_cpus=True,
-                                     queue_size=1))
+              actors=ja.ActorsConfig(mode="auto", num_envs=128, sync_interval=1, queue_size=1))
 
 
 PRESETS = {"cartpole": Args, "minatar": minatar_preset}
