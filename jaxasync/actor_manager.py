@@ -155,6 +155,11 @@ class ActorManager:
     for i in range(n):
       self.shared.adopted_version[i] = -1
     self._workers: list[Any] = [None] * n
+    # Process restarts in flight: each spawns from a thread of its own (see check), one at a
+    # time (each sets os.environ around its spawn); an error of one is raised by check.
+    self._restarting: dict[int, threading.Thread] = {}
+    self._restart_errors: list[BaseException] = []
+    self._spawn_lock = threading.Lock()
     self.restarts = [0] * n
     self._start_time = [0.0] * n
     self._started = time.perf_counter()
@@ -162,10 +167,6 @@ class ActorManager:
   @property
   def num_actors(self) -> int:
     return len(self.configs)
-
-  def _spawn(self, i: int) -> None:
-    """Starts actor ``i`` (a process: inside ``_actor_environ``)."""
-    self._launch(i, *self._worker(i))
 
   def _worker(self, i: int) -> tuple[Any, Any]:
     """Actor ``i``'s thread or process, not started yet, and its channel."""
@@ -249,7 +250,17 @@ class ActorManager:
       raise errors[0]
 
   def check(self) -> None:
-    """Restarts failed actors; raises ``ActorFailed`` past ``max_restarts``. Call it often."""
+    """Restarts failed actors; raises ``ActorFailed`` past ``max_restarts``. Call it often.
+
+    A process actor restarts from a thread of its own: its spawn returns only once the child
+    has imported jax and read its arguments (``start``), seconds the learner's loop, which
+    calls this, would otherwise stand still. Until it is up, the actor reads as not alive."""
+    if self._restart_errors:
+      self.stop_and_join()
+      raise self._restart_errors[0]
+    for i, thread in list(self._restarting.items()):
+      if not thread.is_alive():
+        del self._restarting[i]
     failures: dict[int, str] = {}
     while True:
       try:
@@ -275,14 +286,34 @@ class ActorManager:
       last_line = tb.strip().splitlines()[-1] if tb.strip() else "no traceback"
       logger.warning(f"actor {i} restarted ({self.restarts[i]} of at most {self.max_restarts}): "
                      f"{last_line}")
-      with self._actor_environ():
-        self._spawn(i)
+      worker, channel = self._worker(i)  # (its pipe made here, in the loop's thread)
+      if self.mode == "thread":
+        self._launch(i, worker, channel)
+        continue
+      self._workers[i] = None  # (the dead one is not counted again meanwhile)
+      thread = threading.Thread(target=self._relaunch, args=(i, worker, channel),
+                                name=f"jaxasync-restart-{i}", daemon=True)
+      self._restarting[i] = thread
+      thread.start()
+
+  def _relaunch(self, i: int, worker, channel) -> None:
+    """Launches a restarted process actor ``i`` (in its own thread, from ``check``)."""
+    try:
+      with self._spawn_lock, self._actor_environ():
+        if self._stop.is_set():  # (the run ended first: no child to start, or to orphan)
+          channel.close()
+          return
+        self._launch(i, worker, channel)
+    except BaseException as e:
+      self._restart_errors.append(e)
 
   def stop_and_join(self, timeout: float = 10.0) -> list[ActorStats]:
     """Stops all actors and waits for them; returns per-actor stats. Never hangs past ``timeout``."""
     self._stop.set()
     end = time.perf_counter()
     deadline = time.monotonic() + timeout
+    for thread in list(self._restarting.values()):  # (a spawn under way ends, then is stopped)
+      thread.join(max(0.0, deadline - time.monotonic()))
     for w in self._workers:
       if w is None:
         continue

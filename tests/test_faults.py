@@ -459,3 +459,65 @@ def test_process_actors_are_spawned_side_by_side(tmp_path):
   assert "error" not in out, out
   assert out["summary"]["opt_steps"] >= 24
   assert len(list(tmp_path.iterdir())) == 3  # (one file per actor process)
+
+
+class _DeadProcess:
+  exitcode = 1
+
+  def is_alive(self) -> bool:
+    return False
+
+  def join(self, timeout=None) -> None:
+    pass
+
+
+class _Running(_DeadProcess):
+  exitcode = None
+
+  def is_alive(self) -> bool:
+    return True
+
+
+def _manager_with_a_dead_process_actor(launch):
+  from jaxasync.actor_manager import ActorManager
+  manager = ActorManager(None, None, [ja.ActorConfig(num_envs=1, chunk_steps=4)],
+                         ja.ChunkQueue(4, process=True), None, mode="process", max_restarts=2)
+  manager._launch = launch  # (the spawn, stood in for)
+  manager._workers[0] = _DeadProcess()
+  return manager
+
+
+def test_a_process_actor_restarts_without_holding_up_the_loop():
+  """A restart's spawn returns once the child has imported jax and read its arguments
+  (seconds for an Atari actor's): the loop, which calls check, must not wait for it."""
+  from jaxasync.actor_manager import actor_process_environ
+  release, launched = threading.Event(), []
+
+  def slow_launch(i, worker, channel):
+    assert release.wait(60)
+    launched.append((i, dict(os.environ)))
+    manager._workers[i] = _Running()
+
+  manager = _manager_with_a_dead_process_actor(slow_launch)
+  manager.check()  # returns with the spawn under way
+  assert manager.restarts == [1] and launched == [] and manager.alive() == [False]
+  manager.check()  # the actor being restarted is not taken for another failure
+  assert manager.restarts == [1]
+  release.set()
+  manager._restarting[0].join(60)
+  (i, environ), = launched
+  assert i == 0 and manager.alive() == [True]
+  assert all(environ.get(k) == v for k, v in actor_process_environ().items())  # a child's env
+  manager.check()
+  assert manager.restarts == [1] and manager._restarting == {}
+
+
+def test_a_restart_that_cannot_spawn_ends_the_run():
+  def failing_launch(i, worker, channel):
+    raise OSError("Cannot allocate memory")
+
+  manager = _manager_with_a_dead_process_actor(failing_launch)
+  manager.check()
+  manager._restarting[0].join(60)
+  with pytest.raises(OSError, match="Cannot allocate memory"):
+    manager.check()
