@@ -330,8 +330,9 @@ CPU_SAMPLE_S = 0.5  # seconds between snapshots taken at the trainers' records
 
 def cpu_snapshot() -> dict | None:
   """CPU seconds so far of this process ('learner': loop thread, XLA's threads, evaluation),
-  of each descendant by kind ('actors': spawned actor processes; 'ray_workers' and
-  'ray_daemons': a local Ray instance's worker processes and its raylet, GCS and helpers) and
+  of each descendant by kind ('actors': spawned actor processes; 'ray_workers': a local Ray
+  instance's worker processes, Ray actors and idle ones; 'ray_daemons': its raylet, GCS and
+  agents) and
   of the whole machine (/proc/stat); None where /proc is not there."""
   try:
     tick = os.sysconf("SC_CLK_TCK")
@@ -362,8 +363,10 @@ def cpu_snapshot() -> dict | None:
     if pid == me:
       kinds[pid] = "learner"
     elif p == me:
-      kinds[pid] = ("ray_workers" if "ray::" in cmd[pid] or "default_worker.py" in cmd[pid]
-                    else "ray_daemons" if "ray" in cmd[pid] else "actors")
+      worker = (("ray::" in cmd[pid] and "Agent" not in cmd[pid])  # (ray::DashboardAgent...)
+                or "default_worker.py" in cmd[pid])
+      kinds[pid] = ("ray_workers" if worker else "ray_daemons" if "ray" in cmd[pid]
+                    else "actors")
   return {"t": time.perf_counter(), "machine": busy / tick, "per_pid": cpu, "kinds": kinds}
 
 
