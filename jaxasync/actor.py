@@ -22,6 +22,7 @@ from jaxasync.agent import ActorContext
 from jaxasync.collectors.nstep import StepProcessor
 from jaxasync.envs import VectorEnvFactory
 from jaxasync.param_store import to_cpu
+from jaxasync.placement import pin_this_thread
 from jaxasync.transport import Chunk
 from jaxasync.types import Transition, storage_dtype
 
@@ -252,8 +253,7 @@ class ActorStopped(Exception):
 
 def _actor_loop(actor_id, agent_factory, env_factory, config: ActorConfig, transport,
                 param_store, stop, shared: ActorShared, env_init_lock, inference) -> None:
-  if config.cpu is not None and hasattr(os, "sched_setaffinity"):
-    os.sched_setaffinity(0, {config.cpu})
+  pin_this_thread(config.cpu)
   seed = actor_seed(config.seed, actor_id, config.restart)
   agent = agent_factory()
   if env_init_lock is not None:

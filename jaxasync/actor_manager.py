@@ -262,17 +262,20 @@ class ActorManager:
       if not thread.is_alive():
         del self._restarting[i]
     failures: dict[int, str] = {}
+    if self.mode == "process":  # a process can also die without a word (killed, segfault)
+      # (Looked at before the errors: a process found dead has sent its traceback already,
+      # so its death and its traceback are one failure, not one now and one at the next call.)
+      for i, w in enumerate(self._workers):
+        if w is not None and not w.is_alive() and not self._stop.is_set():
+          w.join(0.1)
+          failures[i] = f"actor process {i} exited with code {w.exitcode} without a traceback"
     while True:
       try:
         actor_id, tb = self._errors.get_nowait()
       except queue.Empty:
         break
-      failures[actor_id] = tb
-    if self.mode == "process":  # a process can also die without a word (killed, segfault)
-      for i, w in enumerate(self._workers):
-        if w is not None and not w.is_alive() and not self._stop.is_set() and i not in failures:
-          w.join(0.1)
-          failures[i] = f"actor process {i} exited with code {w.exitcode} without a traceback"
+      if actor_id not in self._restarting:  # (none can come from an actor being restarted)
+        failures[actor_id] = tb
     for i, tb in failures.items():
       w = self._workers[i]
       if w is not None:
@@ -305,6 +308,8 @@ class ActorManager:
           return
         self._launch(i, worker, channel)
     except BaseException as e:
+      if self._workers[i] is None:  # (not started: the write end is still ours)
+        channel.close()
       self._restart_errors.append(e)
 
   def stop_and_join(self, timeout: float = 10.0) -> list[ActorStats]:

@@ -229,14 +229,17 @@ class ActorsConfig:
     if self.inference_servers < 0 or self.inference_batchsize < 1 or self.inference_delay < 0:
       raise ConfigError("inference_servers must be >= 0, inference_batchsize >= 1 and "
                         "inference_delay >= 0.")
-    if self.pin_cpus not in (True, False, "auto"):
+    if not (isinstance(self.pin_cpus, bool) or self.pin_cpus == "auto"):
       raise ConfigError(f"pin_cpus must be True, False or 'auto', got {self.pin_cpus!r}.")
     if self.inference_device not in ("default", "cpu"):
       raise ConfigError(f"inference_device must be 'default' or 'cpu', got {self.inference_device!r}.")
 
   def _check_lockstep(self) -> None:
-    """Refuses a lock-step run with actor fields set, which it would silently ignore."""
+    """Refuses a lock-step run with actor fields set, which it would silently ignore
+    (``pin_cpus=False`` asks for what a lock-step run does: nothing is pinned)."""
     ignored = self.set_actor_fields()
+    if ignored.get("pin_cpus") is False:
+      del ignored["pin_cpus"]
     if ignored:
       mode = "mode 'sync'" if self.mode == "sync" else "mode 'auto' (here 'sync': one core)"
       settings = ", ".join(f"{name}={value!r}" for name, value in ignored.items())

@@ -19,10 +19,9 @@ What differs between a synchronous and an asynchronous run is only the feed:
 from __future__ import annotations
 
 import dataclasses
-import os
 import pickle
 import time
-from typing import Protocol
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -36,7 +35,7 @@ from jaxasync.hooks import EvalWorker, Hook, IntervalTrigger, progress_bar
 from jaxasync.ledger import RunLedger
 from jaxasync.learner import Learner
 from jaxasync.param_store import ParamStore, host_copy
-from jaxasync.placement import Placement, unpinned
+from jaxasync.placement import Placement, pin_this_thread, unpinned
 from jaxasync.recorder import Recorder
 from jaxasync.sources.base import DataSource
 from jaxasync.sources.replay import ReplaySource
@@ -255,18 +254,20 @@ class ActorFeed:
       ``RayActorManager``, whose receiver thread fills ``transport`` with Ray actors' chunks).
     transport: the queue they push into.
     inference: the SEED inference server, or ``None``.
-    placement: where the learner loop's thread runs (``jaxasync.placement``; the actors'
-      cores are in their configs); its core claims are released at ``close``.
+    place: decides where the learner loop's thread and the actors run, at ``start``
+      (``jaxasync.placement.place`` with the run's settings; it may claim cores, released at
+      ``close``); ``None``: nothing is pinned.
   """
 
   interrupt_main_when_stuck = False
   finish_due_updates = False
 
   def __init__(self, manager: Actors, transport: ChunkQueue, inference=None,
-               placement: Placement | None = None):
+               place: Callable[[], Placement] | None = None):
     self.manager, self.transport, self.inference = manager, transport, inference
     self.mode = f"async-{manager.mode}"
-    self.placement = placement or unpinned(manager.num_actors, "unpinned")
+    self._place = place or (lambda: unpinned(manager.num_actors, "unpinned"))
+    self.placement: Placement | None = None  # (decided at start)
     self._saved_affinity = None
     self._last_check = 0.0
     self.actor_stats: list[ActorStats] = []
@@ -279,13 +280,22 @@ class ActorFeed:
     return self.transport.dropped
 
   def start(self) -> None:
-    core = self.placement.learner_core
-    if core is not None and hasattr(os, "sched_setaffinity"):
-      self._saved_affinity = os.sched_getaffinity(0)  # (the calling thread's own)
-      os.sched_setaffinity(0, {core})
-    if self.inference is not None:
-      self.inference.start()
-    self.manager.start()
+    """Places the run (claiming its cores now, not when the trainer was built), starts the
+    inference servers and the actors, then pins the loop's thread: after the actors' spawns,
+    so that their threads and children do not start on the learner's core; the evaluation
+    thread, made next, does share it. A start that fails unpins and releases what it took."""
+    self.placement = self._place()
+    try:
+      for i, core in enumerate(self.placement.actor_cores):
+        if core is not None:
+          self.manager.configs[i] = dataclasses.replace(self.manager.configs[i], cpu=core)
+      if self.inference is not None:
+        self.inference.start()
+      self.manager.start()
+      self._saved_affinity = pin_this_thread(self.placement.learner_core)
+    except BaseException:
+      self.close()
+      raise
     self._started = time.perf_counter()
 
   def ingest(self, loop: "LearnerLoop", max_chunks: int = 32) -> None:
@@ -367,14 +377,15 @@ class ActorFeed:
 
   def close(self) -> None:
     if self._saved_affinity is not None:
-      os.sched_setaffinity(0, self._saved_affinity)
+      pin_this_thread(self._saved_affinity)
       self._saved_affinity = None
-    self.placement.release()
+    if self.placement is not None:
+      self.placement.release()
 
   def summary(self) -> dict:
     return {"dropped_chunks": self.transport.dropped,
             "actor_restarts": sum(self.manager.restarts),
-            "placement": self.placement.how,
+            "placement": None if self.placement is None else self.placement.how,
             "actors": [dataclasses.asdict(s) for s in self.actor_stats]}
 
 
@@ -558,7 +569,11 @@ class LearnerLoop:
     run had without publishing it (the state may have been lost mid-update).
     """
     learner, run, feed = self.learner, self.ledger, self.feed
-    self._start()
+    try:
+      self._start()
+    except BaseException:
+      feed.close()  # (a feed whose start failed has stopped what it started)
+      raise
     error: BaseException | None = None
     forced: KeyboardInterrupt | None = None
     with run.stop_on_sigint():
@@ -674,11 +689,13 @@ class LearnerLoop:
       self._save("final")  # (after the numbered save in flight, if any)
     except Exception as save_error:  # never mask the error that ended the run
       error = error or save_error
-    run.record_error(error)
-    summary = self.summary()
-    run.write_summary(summary)
-    self.recorder.close()
-    feed.close()
+    try:
+      run.record_error(error)
+      summary = self.summary()
+      run.write_summary(summary)
+      self.recorder.close()
+    finally:
+      feed.close()  # (unpinned and the cores given back, whatever the summary met)
     return summary, error
 
   def _bottleneck_mark(self) -> tuple[float, dict[str, float], float | None]:

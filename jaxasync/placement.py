@@ -6,15 +6,15 @@ takes one core and each process actor another, so the actors' env steps and the 
 calls stop trading places on the same cores (README, Performance, has the side-by-side
 figures).
 
-``pin_cpus='auto'`` pins where pinning was measured to pay and cannot starve anything: when
-the learner and the actors fill the usable cores, one each (one process actor on 2 cores,
-15 on 16), and no other jaxasync run on this machine holds any of them. It claims them with
-``flock`` on one lock file per core (in a per-user directory under the temp dir), held until
-the run ends and released by the kernel if its process dies, so a second run beside it stays
-unpinned instead of piling onto the same cores. With spare cores it leaves placement to the
-OS: an actor whose env runs threads or sub-processes (Atari's ``ale_vector``, gymnasium's
-async vector env) would be held to one core, and runs side by side (seeds in parallel, a
-sweep) would all take the first ones.
+``pin_cpus='auto'`` pins where pinning was measured to pay: when the learner and the process
+actors fill the usable cores, one each (one actor on 2 cores, 15 on 16), and no other
+jaxasync run on this machine holds any of them. It claims them with ``flock`` on one lock
+file per core (in ``/tmp/jaxasync-cores``, shared by every user), held while the run runs and
+released by the kernel if its process dies, so a second run beside it stays unpinned instead
+of piling onto the same cores. Load that is not a jaxasync run is not seen. With spare cores
+it leaves placement to the OS: an actor whose env runs threads or sub-processes (Atari's
+``ale_vector``, gymnasium's async vector env) would be held to one core, and runs side by
+side (seeds in parallel, a sweep) would all take the first ones.
 """
 
 from __future__ import annotations
@@ -38,10 +38,20 @@ def usable_cores() -> tuple[int, ...]:
 
 
 def claims_dir() -> str:
-  """Where runs claim cores: one ``cpu<N>.lock`` file per core (per user: another user's
-  files would not be writable)."""
-  uid = os.getuid() if hasattr(os, "getuid") else 0
-  return os.path.join(tempfile.gettempdir(), f"jaxasync-cores-{uid}")
+  """Where runs claim cores: one ``cpu<N>.lock`` file per core, the same directory for every
+  user and ``TMPDIR`` (made world-writable and sticky, its files readable and writable by all)."""
+  base = "/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir()
+  return os.path.join(base, "jaxasync-cores")
+
+
+def pin_this_thread(cores: int | set[int] | None) -> set[int] | None:
+  """Pins the calling thread (only it: threads it starts later inherit it) to ``cores`` (a
+  core or a set); returns the affinity it had, or None when nothing was pinned."""
+  if cores is None or not hasattr(os, "sched_setaffinity"):
+    return None
+  saved = os.sched_getaffinity(0)
+  os.sched_setaffinity(0, {cores} if isinstance(cores, int) else cores)
+  return saved
 
 
 @dataclasses.dataclass
@@ -94,8 +104,12 @@ def place(num_actors: int, pin: bool | str, cores: tuple[int, ...] | None = None
     directory: the claims' directory (default: ``claims_dir()``).
   """
   cores = usable_cores() if cores is None else tuple(cores)
+  if not (isinstance(pin, bool) or pin == "auto"):
+    raise ValueError(f"pin must be True, False or 'auto', got {pin!r}")
   if pin is False:
     return unpinned(num_actors, "unpinned (pin_cpus=False)")
+  if not hasattr(os, "sched_setaffinity"):
+    return unpinned(num_actors, "unpinned: this platform has no CPU affinity")
   if pin is True:
     rest = cores[1:] or cores
     return Placement(cores[0], tuple(rest[i % len(rest)] for i in range(num_actors)),
@@ -122,17 +136,25 @@ def claim(cores: tuple[int, ...], count: int, directory: str) -> list[tuple[int,
   if fcntl is None:
     return None
   try:
-    os.makedirs(directory, exist_ok=True)
+    if not os.path.isdir(directory):
+      os.makedirs(directory, exist_ok=True)
+      os.chmod(directory, 0o1777)  # (sticky and open to all: every user's runs claim here)
   except OSError:
-    return None
+    pass  # (another user's directory: its mode lets us in, or the opens below fail)
   held: list[tuple[int, IO]] = []
   for core in cores:
     if len(held) == count:
       break
     try:
-      f = open(os.path.join(directory, f"cpu{core}.lock"), "a")
+      fd = os.open(os.path.join(directory, f"cpu{core}.lock"),
+                   os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
     except OSError:
-      continue
+      break  # (a file not ours to open: claim nothing rather than part)
+    try:
+      os.fchmod(fd, 0o666)  # (past the umask, for the next user's runs)
+    except OSError:
+      pass
+    f = os.fdopen(fd, "r+")
     try:
       fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:  # another run holds it

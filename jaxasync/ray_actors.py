@@ -64,6 +64,7 @@ from jaxasync.envs import VectorEnvFactory
 from jaxasync.errors import ActorFailed
 from jaxasync.errors import ConfigError
 from jaxasync.param_store import ThreadParamStore
+from jaxasync.placement import usable_cores
 from jaxasync.transport import Chunk, ChunkQueue
 from jaxasync.types import ModelInfo
 
@@ -104,7 +105,7 @@ def connect(address: str | None, num_actors: int) -> bool:
       # Ray runs its workers at nice 15; beside the learner on one machine that starves the
       # actors (measured: a fifth of process actors' env steps/s). Actors are the work here.
       os.environ.setdefault("RAY_worker_niceness", "0")
-      ray.init(address="local", num_cpus=max(os.cpu_count() or 1, num_actors),
+      ray.init(address="local", num_cpus=max(len(usable_cores()), num_actors),
                include_dashboard=False,
                _system_config={"max_direct_call_object_size": INLINE_BYTES,
                                "task_rpc_inlined_bytes_limit": INLINE_BYTES})

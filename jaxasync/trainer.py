@@ -9,6 +9,7 @@ evaluation, recording, checkpoints, the summary) is the same code in both.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 from pathlib import Path
@@ -32,7 +33,7 @@ from jaxasync.learner import Learner
 from jaxasync.loop import ActorFeed, LearnerLoop, LockstepFeed
 from jaxasync.param_store import SharedParamStore, ThreadParamStore
 from jaxasync.pipeline import DataPipeline
-from jaxasync.placement import place
+from jaxasync.placement import Placement, place, unpinned
 from jaxasync.recorder import NullRecorder, Recorder
 from jaxasync.sharding import check_batch_divides, learner_devices
 from jaxasync.sources.replay import ReplaySource
@@ -228,24 +229,9 @@ class Trainer:
     c, ac = self.config, self.actors
     # A resumed run's actors get fresh seeds (not the first run's trajectories again).
     seed = c.seed if not resumes else actor_seed(c.seed, 0, 1_000 * resumes)
-    # Auto placement pins process actors only (Ray places its own; thread actors share the
-    # learner's GIL, which pinning does not change).
-    pin = ac.pin_cpus if ac.pin_cpus != "auto" or ac.resolved_mode == "process" else False
-    placement = place(ac.num_actors, False if ac.resolved_mode == "ray" else pin)
-    try:
-      return self._make_actors(agent, agent_factory, env_factory, collector, chunk_steps,
-                               seed, placement, resumed_env_steps)
-    except BaseException:
-      placement.release()  # (the feed that would release it at the run's end was not made)
-      raise
-
-  def _make_actors(self, agent, agent_factory, env_factory, collector, chunk_steps: int,
-                   seed: int, placement, resumed_env_steps: int) -> ActorFeed:
-    c, ac = self.config, self.actors
     configs = [ActorConfig(num_envs=ac.num_envs, chunk_steps=chunk_steps,
-                           collector=collector, seed=seed, num_actors=ac.num_actors,
-                           cpu=placement.actor_cores[i])
-               for i in range(ac.num_actors)]
+                           collector=collector, seed=seed, num_actors=ac.num_actors)
+               for _ in range(ac.num_actors)]  # (their cores are set when the feed starts)
     inference = None
     if ac.resolved_mode == "ray":
       from jaxasync.ray_actors import RayActorManager, RayParamStore
@@ -267,7 +253,18 @@ class Trainer:
                              ac.resolved_mode, ac.max_restarts, ac.serialize_env_init, inference)
     for i in range(ac.num_actors):  # exploration schedules continue where the run was
       manager.shared.env_steps[i] = resumed_env_steps // ac.num_actors
-    return ActorFeed(manager, transport, inference, placement)
+    return ActorFeed(manager, transport, inference, self._placer())
+
+  def _placer(self) -> Callable[[], Placement]:
+    """What decides, when the actors start, where they and the learner's thread run
+    (``ActorsConfig.pin_cpus``; 'auto' pins process actors only)."""
+    ac, n = self.actors, self.actors.num_actors
+    if ac.resolved_mode == "ray":
+      return lambda: unpinned(n, "unpinned: Ray places its actors")
+    if ac.pin_cpus == "auto" and ac.resolved_mode == "thread":
+      return lambda: unpinned(n, "unpinned (auto): thread actors share the learner's process "
+                                 "(pin_cpus=True pins them)")
+    return functools.partial(place, n, ac.pin_cpus)
 
   # --- what callers look at --------------------------------------------------------------
   @property

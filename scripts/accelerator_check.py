@@ -50,6 +50,7 @@ import tyro
 
 import jaxasync as ja
 from jaxasync.collectors.unrolls import Unroll
+from jaxasync.placement import usable_cores
 from jaxasync.train import dqn as dqn_job, ppo as ppo_job, rainbow as rainbow_job, sac as sac_job
 
 REPO = Path(__file__).resolve().parents[1]
@@ -91,8 +92,7 @@ def device_report() -> dict:
     memory[str(d)] = {k: stats[k] for k in ("bytes_in_use", "peak_bytes_in_use", "bytes_limit")
                       if k in stats}
   return {"backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()],
-          "cpu_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-          else os.cpu_count(), "jax": jax.__version__, "memory": memory}
+          "cpu_cores": len(usable_cores()), "jax": jax.__version__, "memory": memory}
 
 
 # --- 2. updates ---------------------------------------------------------------------------------

@@ -23,8 +23,9 @@ Variants (--variants picks a subset):
            pin_cpus=False)), placed by the OS.
   pinned   (e') the same with pin_cpus=True (learner on the first usable core, actors on the
            others).
-  default  (e'') the same with pin_cpus='auto', the default (jaxasync.placement: pinned on
-           cores no other jaxasync run holds, if there is one for the learner and each actor).
+  default  (e'') the same with pin_cpus='auto', the default (jaxasync.placement: pinned when
+           the learner and the actors fill the usable cores, one each, and no other jaxasync
+           run holds them).
   ray      (f) the same with Ray actors (a local Ray instance, started once: not timed). Also
            "ray_actor": one Ray actor alone, its chunks pulled as fast as they come (a
            RayActorManager into a ChunkQueue read in a loop), against (a): per-chunk overhead = 1 / its chunks/s
@@ -109,6 +110,7 @@ import tyro
 import jaxasync as ja
 from jaxasync.actor import ActorShared, run_actor
 from jaxasync.param_store import to_cpu
+from jaxasync.placement import usable_cores
 from jaxasync.types import transition_example
 
 Variant = Literal["actor", "learner", "sync", "thread", "process", "pinned", "default", "ray"]
@@ -323,7 +325,6 @@ def measure_pure(args: Args, agent, replay: ja.ReplayBuffer) -> dict:
   return {"opt_steps_per_sec": calls * k / (t1 - t0), "window_s": t1 - t0}
 
 
-# --- (c)-(e') trainers ----------------------------------------------------------------------------
 # --- where the machine's CPU goes (Linux /proc) ---------------------------------------------------
 CPU_SAMPLE_S = 0.5  # seconds between snapshots taken at the trainers' records
 
@@ -363,10 +364,10 @@ def cpu_snapshot() -> dict | None:
     if pid == me:
       kinds[pid] = "learner"
     elif p == me:
-      worker = (("ray::" in cmd[pid] and "Agent" not in cmd[pid])  # (ray::DashboardAgent...)
-                or "default_worker.py" in cmd[pid])
-      kinds[pid] = ("ray_workers" if worker else "ray_daemons" if "ray" in cmd[pid]
-                    else "actors")
+      c = cmd[pid]
+      worker = ("ray::" in c and "Agent" not in c) or "default_worker.py" in c
+      daemon = any(s in c for s in ("ray::", "/ray/", "raylet", "gcs_server"))
+      kinds[pid] = "ray_workers" if worker else "ray_daemons" if daemon else "actors"
   return {"t": time.perf_counter(), "machine": busy / tick, "per_pid": cpu, "kinds": kinds}
 
 
@@ -381,6 +382,7 @@ def cpu_cores_used(a: dict, z: dict) -> dict[str, float]:
   return used
 
 
+# --- (c)-(e'') trainers ----------------------------------------------------------------------------
 class WindowRecorder:
   """A Recorder that timestamps the trainer's records and snapshots its counters and stage timers.
 
@@ -483,13 +485,7 @@ def measure_async(args: Args, agent_factory, env: ja.EnvFactory, variant: str) -
   trainer = ja.Trainer(agent_factory(), env, run_config(args, duration=60 + args.duration),
                        actors_config(args, variant), recorder, agent_factory=agent_factory)
   recorder.attach(trainer, trainer.stage_times)
-  affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-  try:
-    summary = trainer.train()
-  finally:
-    if affinity is not None:  # (the feed unpins the calling thread at its close; a run that
-      # fails before it would leave it pinned)
-      os.sched_setaffinity(0, affinity)
+  summary = trainer.train()  # (the feed unpins this thread at its close, whatever ended it)
   return {**recorder.window(), **summary_figures(summary),
           "dropped_chunks": summary["dropped_chunks"], "placement": summary["placement"]}
 
@@ -498,14 +494,9 @@ def measure_async(args: Args, agent_factory, env: ja.EnvFactory, variant: str) -
 def solve(args: Args, agent_factory, env: ja.EnvFactory, variant: str, seed: int) -> dict:
   run = run_config(args, seed=seed, duration=args.solve_timeout,
                    target_eval_reward=args.solve_reward, eval_interval=1_000, record_interval=0)
-  affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
   t0 = time.perf_counter()
-  try:
-    summary = ja.Trainer(agent_factory(), env, run, actors_config(args, variant),
-                         agent_factory=agent_factory).train()
-  finally:
-    if affinity is not None:
-      os.sched_setaffinity(0, affinity)
+  summary = ja.Trainer(agent_factory(), env, run, actors_config(args, variant),
+                       agent_factory=agent_factory).train()
   total = time.perf_counter() - t0
   at = summary["solved_at"]
   return {"seed": seed, "solved": at is not None,
@@ -532,7 +523,7 @@ def median_of(runs: list[dict]) -> dict:
 
 def machine_info() -> dict:
   return {"cpu_count": os.cpu_count(),
-          "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+          "cpus_usable": len(usable_cores()),
           "platform": platform.platform(), "python": sys.version.split()[0],
           "jax": jax.__version__, "jax_backend": jax.default_backend(),
           "jax_devices": [str(d) for d in jax.devices()],

@@ -118,5 +118,5 @@ def test_a_busy_child_process_is_counted_as_an_actor():
     child.wait()
   assert a["kinds"][os.getpid()] == "learner" and z["kinds"][child.pid] == "actors"
   used = bt.cpu_cores_used(a, z)
-  assert used["actors"] > 0.3  # (a spinning child: a core, less what 2 shared cores allow)
-  assert used["learner"] < 0.3  # (this process slept)
+  assert used["actors"] > used["learner"]  # (the child spun while this process slept)
+  assert used["ray_workers"] == used["ray_daemons"] == 0.0

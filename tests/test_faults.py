@@ -521,3 +521,30 @@ def test_a_restart_that_cannot_spawn_ends_the_run():
   manager._restarting[0].join(60)
   with pytest.raises(OSError, match="Cannot allocate memory"):
     manager.check()
+
+
+def test_a_death_and_its_traceback_are_one_failure():
+  """A process actor sends its traceback, then exits: one failure, whichever of the two
+  check() sees first. Here the child dies between check()'s two looks (its traceback is sent
+  as the process is found dead); counted twice, it was restarted twice and the first new
+  child orphaned."""
+  launched = []
+
+  class DiesAsItIsLookedAt(_DeadProcess):
+    def is_alive(self) -> bool:
+      manager._errors.put((0, "Traceback ...\nValueError: the env broke"))
+      deadline = time.monotonic() + 30
+      while manager._errors.empty() and time.monotonic() < deadline:  # (sent before it exits)
+        time.sleep(0.01)
+      return False
+
+  def launch(i, worker, channel):
+    launched.append(i)
+    manager._workers[i] = _Running()
+
+  manager = _manager_with_a_dead_process_actor(launch)
+  manager._workers[0] = DiesAsItIsLookedAt()
+  manager.check()
+  manager._restarting[0].join(60)
+  manager.check()
+  assert manager.restarts == [1] and launched == [0]

@@ -107,3 +107,44 @@ def test_a_process_run_is_placed_automatically_and_gives_its_cores_back(tmp_path
   assert held is not None
   for _, f in held:
     f.close()
+
+
+class _FailingStart:
+  mode, num_actors, configs = "process", 1, [ja.ActorConfig()]
+
+  def start(self):
+    raise OSError("spawn failed")
+
+
+@needs_affinity
+def test_a_feed_that_fails_to_start_unpins_and_gives_its_cores_back(tmp_path):
+  from jaxasync.loop import ActorFeed
+  before = os.sched_getaffinity(0)
+  cores = usable_cores()[:2]
+  feed = ActorFeed(_FailingStart(), ja.ChunkQueue(4),
+                   place=lambda: place(1, True, cores=cores, directory=str(tmp_path)))
+  with pytest.raises(OSError, match="spawn failed"):
+    feed.start()
+  assert os.sched_getaffinity(0) == before
+  auto = ActorFeed(_FailingStart(), ja.ChunkQueue(4),
+                   place=lambda: place(1, "auto", cores=cores, directory=str(tmp_path)))
+  with pytest.raises(OSError, match="spawn failed"):
+    auto.start()
+  held = claim(cores, 2, str(tmp_path))  # (auto had claimed them)
+  assert held is not None
+  for _, f in held:
+    f.close()
+
+
+def test_pin_cpus_takes_true_false_or_auto_only():
+  for bad in (0, 1, "yes", None):
+    with pytest.raises(ja.ConfigError, match="pin_cpus must be True, False or 'auto'"):
+      ja.ActorsConfig(mode="process", pin_cpus=bad).validate()
+  with pytest.raises(ValueError, match="pin must be"):
+    place(1, 0, cores=(0, 1))
+
+
+def test_a_lock_step_run_takes_pin_cpus_false():
+  ja.ActorsConfig(mode="sync", pin_cpus=False).validate()  # (nothing pinned, as asked)
+  with pytest.raises(ja.ConfigError, match="pin_cpus=True"):
+    ja.ActorsConfig(mode="sync", pin_cpus=True).validate()
