@@ -44,11 +44,18 @@ def device_copy(tree: PyTree) -> PyTree:
 
 
 def to_cpu(params: PyTree, published: bool = False) -> PyTree:
-  """``params`` on the CPU device, so jitted acting runs there. Host copies (numpy) and
-  ``published`` params (what a ``ParamStore`` holds: host copies or ``device_copy``s) are
-  written by nobody again, so they go straight to the device (as they are when already on
-  it); anything else (device arrays the learner may donate) is copied to the host first."""
+  """``params`` for jitted acting on the CPU. ``published`` params (what a ``ParamStore``
+  holds: host copies or ``device_copy``s) are written by nobody again: host copies are acted
+  on as they are (numpy; each call moves them), device copies go to the CPU device (as they
+  are when already there). Anything else (device arrays the learner may donate) is copied to
+  the host first, then put on the CPU device."""
   cpu, leaves = jax.devices("cpu")[0], jax.tree.leaves(params)
+  if published and all(isinstance(x, np.ndarray) for x in leaves):
+    # A process or Ray actor's copy of a publication: a device_put of the IMPALA CartPole
+    # params took ~0.37 ms per adoption, where acting on numpy costs ~5 us more per call;
+    # an actor adopting every SGD step's publication spent a fifth of its time on the puts
+    # (docs/bench_learning_results.md, "Placement by default").
+    return params
   if published and all(isinstance(x, jax.Array) and x.devices() == {cpu} for x in leaves):
     # Already there (an in-process store on a CPU learner): a device_put would copy nothing
     # but wait for the update in flight, and its dispatch costs ~0.1 ms per adoption.

@@ -246,3 +246,17 @@ def test_published_cpu_params_are_adopted_as_they_are():
   pointers = lambda tree: {x.unsafe_buffer_pointer() for x in jax.tree.leaves(tree)}
   assert not pointers(copied) & pointers(params)
   jax.tree.map(np.testing.assert_array_equal, jax.device_get(copied), jax.device_get(params))
+
+
+def test_published_host_copies_are_acted_on_as_they_are():
+  """A process or Ray actor's publication (numpy copies out of shared memory or a Ray call)
+  is acted on as it is: putting it on the device cost ~0.37 ms per adoption, acting on numpy
+  ~5 us per call."""
+  from jaxasync.param_store import SharedParamStore, to_cpu
+  params = {"w": np.arange(6.0, dtype=np.float32).reshape(2, 3), "b": np.ones(3, np.float32)}
+  store = SharedParamStore(params)
+  store.publish(ja.ModelInfo(3, params))
+  copy = store.get().params
+  adopted = to_cpu(copy, published=True)
+  assert all(a is c for a, c in zip(jax.tree.leaves(adopted), jax.tree.leaves(copy)))
+  assert all(isinstance(x, jax.Array) for x in jax.tree.leaves(to_cpu(copy)))  # (unpublished)
