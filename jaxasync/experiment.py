@@ -192,9 +192,10 @@ def lockstep_actors(actors: ja.ActorsConfig, defaults: ja.ActorsConfig) -> ja.Ac
   """``actors`` as a lock-step run takes them: when its resolved mode is 'sync', each field
   only actors beside the learner read (``ActorsConfig.actor_fields``) that keeps the script's
   default (``defaults``: its preset's, which may publish every SGD step or keep one unroll
-  in the queue for the async run) goes back to the class default. So ``--mode sync`` over such a preset runs, and
-  ``ActorsConfig.validate`` refuses only what the user set (``--mode sync --num-actors 4``); a
-  flag given at its script's default cannot be told from an absent one and is dropped too."""
+  in the queue for the async run) goes back to the class default. So ``--mode sync`` over
+  such a preset runs, and ``ActorsConfig.validate`` refuses only what the user set (``--mode
+  sync --num-actors 4``); a flag given at its script's default cannot be told from an absent
+  one and is dropped too."""
   if not actors.lockstep:
     return actors
   base = type(actors)()
