@@ -333,8 +333,7 @@ def cpu_snapshot() -> dict | None:
   """CPU seconds so far of this process ('learner': loop thread, XLA's threads, evaluation),
   of each descendant by kind ('actors': spawned actor processes; 'ray_workers': a local Ray
   instance's worker processes, Ray actors and idle ones; 'ray_daemons': its raylet, GCS and
-  agents) and
-  of the whole machine (/proc/stat); None where /proc is not there."""
+  agents) and of the whole machine (/proc/stat); None where /proc is not there."""
   try:
     tick = os.sysconf("SC_CLK_TCK")
     with open("/proc/stat") as f:
