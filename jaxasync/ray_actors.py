@@ -29,8 +29,9 @@ changes is only how chunks and params travel:
 * **The learner's own Ray node dying** (its raylet exits: killed, or fate-sharing with an
   agent process the OOM killer took) ends the run with ``ActorFailed`` naming it, after the
   learner saved ``final`` and the summary as for any failed actor. The receiver sees it before
-  each Ray call (the local raylet's process exited) or when an actor dies (the node is dead for
-  Ray's control store) and makes no Ray call after that. Ray's core worker ends its process
+  each Ray call (the local raylet's process exited), when an actor dies (the node is dead for
+  Ray's control store), or when a Ray call fails and the local raylet exits within
+  ``RAYLET_EXIT_GRACE_S``, and makes no Ray call after that. Ray's core worker ends its process
   (``_Exit(1)``: no message, no cleanup) 10-70 ms after it learns that its node died if the
   process owns an object in that node's shared-memory store (a ``ray.put``, a call's argument
   or result over 100 KB), even while Python sleeps. So the local instance jaxasync starts
@@ -50,6 +51,7 @@ import dataclasses
 import os
 import queue
 import re
+import subprocess
 import sys
 import threading
 import time
@@ -151,6 +153,7 @@ class RayNodeLost(Exception):
 
 
 RETRY_DELAY_S = 0.2  # between calls to an unreachable actor
+RAYLET_EXIT_GRACE_S = 2.0  # a failed Ray call waits this long for the local raylet's exit
 SWITCH_INTERVAL_S = 0.0002  # in a Ray actor's process (see RayActorWorker)
 
 
@@ -317,15 +320,36 @@ class RayActorManager:
       while not self._stop.is_set() and self._error is None:
         self._receive_once(0.05)
     except RayNodeLost as e:
-      self._node_gone = True
-      where = "the local Ray instance" if self._raylet is not None else "this machine's Ray node"
-      self._error = ActorFailed(
-          f"{where} failed ({e}): its Ray actors are gone and this process "
-          "can no longer use Ray. The run stops here, saving its final checkpoint and summary "
-          "(continue it with --resume, which starts a new Ray instance)"
-          + (f"; Ray's logs: {logs}." if (logs := ray_logs()) else "."))
+      self._lose_node(e)
     except BaseException as e:  # (a bug here must end the run, not starve it silently)
+      # A Ray call that failed while the local raylet goes down (it kills its workers, then
+      # exits: a call can fail before the exit shows) failed because of that exit.
+      if self._raylet_exits_within(RAYLET_EXIT_GRACE_S):
+        try:
+          self._check_node()
+        except RayNodeLost as lost:
+          self._lose_node(lost)
+          return
       self._error = e
+
+  def _lose_node(self, e: RayNodeLost) -> None:
+    self._node_gone = True
+    where = "the local Ray instance" if self._raylet is not None else "this machine's Ray node"
+    self._error = ActorFailed(
+        f"{where} failed ({e}): its Ray actors are gone and this process "
+        "can no longer use Ray. The run stops here, saving its final checkpoint and summary "
+        "(continue it with --resume, which starts a new Ray instance)"
+        + (f"; Ray's logs: {logs}." if (logs := ray_logs()) else "."))
+
+  def _raylet_exits_within(self, seconds: float) -> bool:
+    """Whether the local instance's raylet has exited or exits within ``seconds``."""
+    if self._raylet is None:
+      return False
+    try:
+      self._raylet.wait(seconds)
+    except subprocess.TimeoutExpired:
+      return False
+    return True
 
   def _check_node(self) -> None:
     """Raises ``RayNodeLost`` if the raylet of the local instance exited (a ``waitpid``: cheap
@@ -368,6 +392,7 @@ class RayActorManager:
       self._retry_at[i] = time.monotonic() + RETRY_DELAY_S
       return
     except ray.exceptions.RayError as e:  # raised in collect, or the actor or its node died
+      self._node_lost()  # (a node going down kills its actors first: none is replaced then)
       self._replace(i, e)
       return
     for chunk in chunks:

@@ -61,6 +61,17 @@ def _children(pid: int) -> list[tuple[int, str]]:
   return [(int(r[0]), r[2]) for r in rows if len(r) == 3 and int(r[1]) == pid]
 
 
+RAY_SESSIONS = Path("/tmp/ray")  # (Ray's default temp dir: each local instance's logs)
+
+
+def _driver_log_tail(sessions_before: set[Path], lines: int = 40) -> str:
+  """The last lines of the Ray driver's own log in the session started since
+  ``sessions_before`` (what Ray's core worker says when it ends a process)."""
+  new = sorted(set(RAY_SESSIONS.glob("session_2*")) - sessions_before)
+  logs = sorted(new[-1].glob("logs/python-core-driver-*.log")) if new else []
+  return "".join(logs[-1].read_text().splitlines(True)[-lines:]) if logs else "(none found)"
+
+
 def _victim(trainer_pid: int, victim: str) -> int | None:
   """The raylet the trainer started, or the dashboard agent that raylet started (what an OOM
   kill takes: the raylet fate-shares with it), once the Ray actor runs; else None."""
@@ -83,7 +94,7 @@ def test_a_local_instance_losing_its_raylet_ends_the_run_in_one_line(tmp_path, v
   fate-shares with it and exits), or the raylet itself: the run ends rc 1 with one ``error:``
   line naming the local Ray instance and its raylet, its summary holding the error and its
   final checkpoint saved (Ray's core worker used to end the process at once, rc 1, silent)."""
-  before = _ray_processes()
+  before, sessions = _ray_processes(), set(RAY_SESSIONS.glob("session_2*"))
   logdir, out, err = tmp_path / "run", tmp_path / "stdout", tmp_path / "stderr"
   with open(out, "w") as stdout, open(err, "w") as stderr:  # (files: a pipe left unread fills)
     proc = subprocess.Popen(
@@ -109,7 +120,9 @@ def test_a_local_instance_losing_its_raylet_ends_the_run_in_one_line(tmp_path, v
       proc.wait()
   err = err.read_text()
   errors = [line for line in err.splitlines() if line.startswith("error:")]
-  assert proc.returncode == 1 and len(errors) == 1, (proc.returncode, err[-3000:])
+  assert proc.returncode == 1 and len(errors) == 1, (
+      f"rc {proc.returncode}; stderr:\n{err}\nRay's driver log, last lines:\n"
+      + _driver_log_tail(sessions))
   assert re.match(r"error: the local Ray instance failed \((its raylet exited|its node died)",
                   errors[0]), errors[0]
   if victim == "agent":
@@ -131,6 +144,104 @@ class _Exited:
 
   def poll(self) -> int:
     return self.code
+
+  def wait(self, timeout: float) -> int:
+    return self.code
+
+
+class _ExitingWhenWaitedFor:
+  """A raylet process that is running until someone waits for it, and then exits with
+  ``code``; ``exits=False``: it keeps running (``wait`` times out)."""
+
+  def __init__(self, code: int, exits: bool = True):
+    self.code, self.exits, self.waited = code, exits, False
+
+  def poll(self) -> int | None:
+    return self.code if self.waited and self.exits else None
+
+  def wait(self, timeout: float) -> int:
+    self.waited = True
+    if not self.exits:
+      raise subprocess.TimeoutExpired("raylet", timeout)
+    return self.code
+
+
+@pytest.mark.parametrize("exits", [True, False])
+def test_a_ray_call_failing_as_the_local_raylet_exits_is_reported_as_that_exit(monkeypatch,
+                                                                               exits):
+  """A Ray call that fails while the raylet is going down (it kills its workers before it
+  exits, so the call can fail first) ends the run naming the raylet's exit; a call failing
+  while the raylet stays up ends it with the call's own error."""
+  config = ja.ActorConfig(num_envs=1, chunk_steps=1, seed=0)
+  store = ray_actors.RayParamStore()
+  manager = ray_actors.RayActorManager(None, CARTPOLE, [config], ja.ChunkQueue(2), store)
+  manager._raylet = _ExitingWhenWaitedFor(0, exits)
+  monkeypatch.setattr(ray_actors, "RAYLET_EXIT_GRACE_S", 0.01)
+  monkeypatch.setattr(ray_actors, "ray_logs", lambda: "")
+
+  def a_failing_call(timeout):
+    raise RuntimeError("a Ray call failed")
+
+  monkeypatch.setattr(manager, "_receive_once", a_failing_call)
+  manager._receive()
+  expected = (r"the local Ray instance failed \(its raylet exited, exit code 0\)" if exits
+              else "a Ray call failed")
+  with pytest.raises(ja.ActorFailed if exits else RuntimeError, match=expected):
+    manager.check()
+  assert manager._node_gone == exits
+
+
+class _FakeRay:
+  """What the receiver calls of Ray, for one actor whose call failed: the GCS says the node
+  of this process is ``alive`` or not."""
+
+  class exceptions:
+    RayError = type("RayError", (Exception,), {})
+    ActorUnavailableError = type("ActorUnavailableError", (Exception,), {})
+
+  def __init__(self, alive: bool):
+    self.alive, self.killed = alive, []
+
+  def wait(self, refs, num_returns, timeout):
+    return refs[:1], refs[1:]
+
+  def get(self, ref):
+    raise self.exceptions.RayError("the actor died")
+
+  def get_runtime_context(self):
+    return type("Context", (), {"get_node_id": lambda self: "node-a"})()
+
+  def nodes(self):
+    return [{"NodeID": "node-a", "Alive": self.alive}, {"NodeID": "node-b", "Alive": True}]
+
+  def kill(self, handle, no_restart):
+    self.killed.append(handle)
+
+
+@pytest.mark.parametrize("alive", [True, False])
+def test_an_actor_dying_with_the_learners_node_is_not_replaced(monkeypatch, alive):
+  """An actor whose call failed is replaced, unless the node of the learner's process is dead
+  for Ray's control store (the case of a cluster node, whose raylet the learner did not
+  start): then the run ends naming that node, and no actor is spawned or killed."""
+  config = ja.ActorConfig(num_envs=1, chunk_steps=1, seed=0)
+  store = ray_actors.RayParamStore()
+  manager = ray_actors.RayActorManager(None, CARTPOLE, [config], ja.ChunkQueue(2), store,
+                                       max_restarts=3)
+  fake = _FakeRay(alive)
+  monkeypatch.setattr(ray_actors, "import_ray", lambda: fake)
+  monkeypatch.setattr(ray_actors, "ray_logs", lambda: "")
+  spawned = []
+  monkeypatch.setattr(manager, "_spawn", lambda i: spawned.append(i) or f"actor {i}, again")
+  manager.handles, manager._calls = ["actor 0"], ["its call"]
+  if alive:
+    manager._receive_once(0.01)
+    assert spawned == [0] and fake.killed == ["actor 0"] and manager.restarts == [1]
+    assert manager.handles == ["actor 0, again"]
+    return
+  manager._receive()
+  with pytest.raises(ja.ActorFailed, match=r"this machine's Ray node failed \(its node died\)"):
+    manager.check()
+  assert spawned == [] and fake.killed == [] and manager._node_gone
 
 
 def test_the_receiver_stops_calling_ray_once_the_local_raylet_exited(monkeypatch):
