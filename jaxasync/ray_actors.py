@@ -328,18 +328,23 @@ class RayActorManager:
         try:
           self._check_node()
         except RayNodeLost as lost:
-          self._lose_node(lost)
+          self._lose_node(lost, failed_call=e)
           return
       self._error = e
 
-  def _lose_node(self, e: RayNodeLost) -> None:
+  def _lose_node(self, e: RayNodeLost, failed_call: BaseException | None = None) -> None:
     self._node_gone = True
     where = "the local Ray instance" if self._raylet is not None else "this machine's Ray node"
+    call = ""
+    if failed_call is not None:  # (kept: it may be a bug of its own, not the node's loss)
+      first = (str(failed_call).splitlines() or [""])[0][:200]
+      call = f"; a Ray call failed as it went: {type(failed_call).__name__}: {first}"
     self._error = ActorFailed(
         f"{where} failed ({e}): its Ray actors are gone and this process "
         "can no longer use Ray. The run stops here, saving its final checkpoint and summary "
         "(continue it with --resume, which starts a new Ray instance)"
-        + (f"; Ray's logs: {logs}." if (logs := ray_logs()) else "."))
+        + (f"; Ray's logs: {logs}" if (logs := ray_logs()) else "") + call + ".")
+    self._error.__cause__ = failed_call
 
   def _raylet_exits_within(self, seconds: float) -> bool:
     """Whether the local instance's raylet has exited or exits within ``seconds``."""
@@ -362,12 +367,17 @@ class RayActorManager:
 
   def _node_lost(self) -> None:
     """Raises ``RayNodeLost`` if this process's Ray node is dead for Ray's control store (asked
-    when an actor dies: a raylet shutting down drops its node there before it kills its
-    actors, and may still be running)."""
+    whenever an actor's call fails, before it is replaced: a raylet shutting down drops its
+    node there before it kills its actors, and may still be running). A control store that
+    cannot be asked says nothing: the actor is replaced as before."""
     self._check_node()
     ray = import_ray()
-    me = ray.get_runtime_context().get_node_id()
-    if any(n["NodeID"] == me and not n["Alive"] for n in ray.nodes()):
+    try:
+      me = ray.get_runtime_context().get_node_id()
+      nodes = ray.nodes()
+    except Exception:  # (the GCS unreachable: whether this node died is unknown)
+      return
+    if any(n["NodeID"] == me and not n["Alive"] for n in nodes):
       reason = raylet_exit_reason(ray_logs()) if self._raylet is not None else ""
       raise RayNodeLost("its node died" + (f": {reason}" if reason else ""))
 

@@ -30,15 +30,15 @@ def cartpole_agent() -> ja.PQNConfig:
   # 0.65, gradient clip 10, a LayerNorm MLP, and the time limit ending the return as
   # CleanRL's done flag does (bootstrapped through it, once every episode lasts 500 steps
   # both actions' values sit at the same bound and the greedy policy drifts).
-  # Different from CleanRL: epsilon 1 -> 0.05 over 150k env steps, not half of 500k (the greedy
-  # policy passes 475 sooner and holds as often; purejaxql's 100k got there sooner still but
-  # dipped after it on more seeds: docs/bench_learning_results.md), Adam where it uses RAdam, at
-  # twice its step size (CleanRL's left the values swinging into the annealed end; a smaller
-  # step or a larger iteration learnt too little: docs/bench_learning_results.md), 128x128
-  # layers where it has 120 and 84, and Huber's loss: the returns of the last pairs before a
-  # time limit fall up to ~100 short of what their states are worth elsewhere, and squared,
-  # those few errors made the minibatch's gradient (loss spikes to 67, the clip binding) and
-  # swung the greedy policy after it had learnt.
+  # Different from CleanRL (docs/bench_learning_results.md has the runs): epsilon 1 -> 0.05 over
+  # 150k env steps, not half of 500k (the greedy policy passes 475 sooner and holds as often;
+  # purejaxql's 100k got there sooner still but dipped after it on more seeds), Adam where it
+  # uses RAdam, at twice its step size (CleanRL's left the values swinging into the annealed
+  # end; a smaller step or a larger iteration learnt too little), 128x128 layers where it has
+  # 120 and 84, and Huber's loss: the returns of the last pairs before a time limit fall up to
+  # ~100 short of what their states are worth elsewhere, and squared, those few errors made the
+  # minibatch's gradient (loss spikes to 67, the clip binding) and swung the greedy policy after
+  # it had learnt.
   return ja.PQNConfig(learning_rate=5e-4, q_lambda=0.65, num_epochs=4, num_minibatches=4,
                       max_grad_norm=10.0, eps_decay_steps=150_000, huber_delta=1.0,
                       truncation_as_termination=True,
