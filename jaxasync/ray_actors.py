@@ -324,12 +324,11 @@ class RayActorManager:
     except BaseException as e:  # (a bug here must end the run, not starve it silently)
       # A Ray call that failed while the local raylet goes down (it kills its workers, then
       # exits: a call can fail before the exit shows) failed because of that exit.
-      if self._raylet_exits_within(RAYLET_EXIT_GRACE_S):
-        try:
-          self._check_node()
-        except RayNodeLost as lost:
-          self._lose_node(lost, failed_call=e)
-          return
+      try:
+        self._check_node(wait_s=RAYLET_EXIT_GRACE_S)
+      except RayNodeLost as lost:
+        self._lose_node(lost, failed_call=e)
+        return
       self._error = e
 
   def _lose_node(self, e: RayNodeLost, failed_call: BaseException | None = None) -> None:
@@ -346,20 +345,15 @@ class RayActorManager:
         + (f"; Ray's logs: {logs}" if (logs := ray_logs()) else "") + call + ".")
     self._error.__cause__ = failed_call
 
-  def _raylet_exits_within(self, seconds: float) -> bool:
-    """Whether the local instance's raylet has exited or exits within ``seconds``."""
-    if self._raylet is None:
-      return False
-    try:
-      self._raylet.wait(seconds)
-    except subprocess.TimeoutExpired:
-      return False
-    return True
-
-  def _check_node(self) -> None:
+  def _check_node(self, wait_s: float = 0.0) -> None:
     """Raises ``RayNodeLost`` if the raylet of the local instance exited (a ``waitpid``: cheap
-    enough for every call)."""
+    enough for every call), or exits within ``wait_s``."""
     code = None if self._raylet is None else self._raylet.poll()
+    if code is None and wait_s > 0 and self._raylet is not None:
+      try:
+        code = self._raylet.wait(wait_s)
+      except subprocess.TimeoutExpired:
+        return
     if code is not None:
       how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
       reason = raylet_exit_reason(ray_logs())
