@@ -154,9 +154,15 @@ class ActorsConfig:
       joined) or 'host:port'; None: a local Ray instance (unless this process already
       called ray.init).
     ray_chunks_ahead: Ray actors: chunks an actor collects ahead of the learner before it
-      blocks (back-pressure; one call to it brings back all it holds). More lets an actor
+      blocks, besides those in its child process's pipe (up to as many more, at most 1 MiB)
+      (back-pressure; one call to it brings back all it holds). More lets an actor
       run ahead when calls are slow, but a held-back actor's chunks wait that much longer
       (policy lag), as in a longer queue.
+    ray_gather_s: Ray actors: seconds a call waits, once it has a chunk, for more (up to
+      ray_chunks_ahead) before it returns. Each call costs the Ray actor's process CPU time
+      that its env steps then lack; fewer, fuller calls leave more of it to the actor, for
+      chunks up to that much older (docs/bench_learning_results.md, "Ray actors in a child
+      process"). 0: a call returns what is there.
   """
 
   mode: ActorMode = "sync"
@@ -178,6 +184,7 @@ class ActorsConfig:
   inference_device: Literal["default", "cpu"] = "default"
   ray_address: str | None = None
   ray_chunks_ahead: int = 4
+  ray_gather_s: float = 0.05
 
   # What the lock-step actor reads; it ignores every other field.
   LOCKSTEP_FIELDS: ClassVar[tuple[str, ...]] = ("mode", "num_envs")
@@ -223,6 +230,8 @@ class ActorsConfig:
                           "Ray. Unset them for mode='ray'.")
       if self.ray_chunks_ahead < 1:
         raise ConfigError(f"ray_chunks_ahead must be >= 1, got {self.ray_chunks_ahead}.")
+      if not 0.0 <= self.ray_gather_s < float("inf"):  # (also refuses NaN)
+        raise ConfigError(f"ray_gather_s must be >= 0 seconds, got {self.ray_gather_s}.")
     if min(self.num_actors, self.chunk_steps, self.queue_size, self.sync_interval) < 1:
       raise ConfigError("num_actors, chunk_steps, queue_size and sync_interval must all be "
                         ">= 1.")

@@ -1,20 +1,22 @@
 """Actors on a Ray cluster: jaxasync's actors in Ray actor processes, pulled by the learner.
 
 ``ActorsConfig(mode="ray")`` runs each actor as a Ray actor anywhere in a cluster (or in a
-local Ray instance). The pieces are the ones thread and process actors use: inside each Ray
-actor, ``run_actor`` (the same ``Actor``: agent, vector env, collector) steps the env in a
-thread, and its chunks enter the same data source through the same ``ActorFeed``. What Ray
-changes is only how chunks and params travel:
+local Ray instance). The pieces are the ones process actors use: each Ray actor runs a process
+actor (the same ``Actor``: agent, vector env, collector, in a child process of its own, so
+that it does not share a GIL with Ray's worker), and its chunks enter the same data source
+through the same ``ActorFeed``. What Ray changes is only how chunks and params travel:
 
 * **Chunks are pulled.** Each Ray actor collects into a bounded queue of ``chunks_ahead``
-  chunks (``ActorsConfig.ray_chunks_ahead``) and blocks when it is full. A receiver thread in
-  the learner's process keeps one ``collect`` call outstanding per actor; a call returns every
-  chunk collected so far (waiting for one), the thread puts them into the bounded
+  chunks (``ActorsConfig.ray_chunks_ahead``; its child's pipe holds up to as many more, and at
+  most 1 MiB) and blocks when it is full. A receiver thread in the learner's process keeps
+  one ``collect`` call outstanding per actor; a call returns every chunk collected so far
+  (waiting for one, then up to ``ray_gather_s`` for more: each call costs the Ray actor's
+  process CPU time its env steps then lack), the thread puts them into the bounded
   ``ChunkQueue`` the learner reads (as thread actors do) and calls again at once, so the actor
   keeps stepping while chunks travel and a call's cost is shared by its chunks. When the data
   source holds actors back (the replay ratio), the learner stops taking chunks, the
   ``ChunkQueue`` fills, the receiver blocks, the actors' queues fill and they block:
-  back-pressure, with at most ``2 * chunks_ahead`` chunks per actor in transit.
+  back-pressure, with at most about ``3 * chunks_ahead`` chunks per actor in transit.
 * **Params go out once per publish**, when newer than what an actor was sent, with its next
   ``collect`` call. On a cluster: one ``ray.put`` of the host copy (``RayParamStore``), whose
   reference rides along; Ray moves the object to each node once, and actors on one node read
@@ -48,26 +50,30 @@ Ray is optional (``pip install 'jaxasync[ray]'``); it is imported when a Ray run
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing as mp
+import multiprocessing.connection
 import os
+import pickle
 import queue
 import re
 import subprocess
-import sys
 import threading
 import time
+import traceback
 import warnings
 from typing import Any, Callable
 
 import numpy as np
 
-from jaxasync.actor import ActorConfig, ActorShared, run_actor
-from jaxasync.actor_manager import ACTOR_XLA_FLAGS, ActorStats
+from jaxasync.actor import ActorConfig, ActorShared
+from jaxasync.actor_manager import (ACTOR_XLA_FLAGS, ActorStats, StopFlag,
+                                    run_actor_process_and_freeze)
 from jaxasync.envs import VectorEnvFactory
 from jaxasync.errors import ActorFailed
 from jaxasync.errors import ConfigError
-from jaxasync.param_store import ThreadParamStore
+from jaxasync.param_store import SharedParamStore
 from jaxasync.placement import usable_cores
-from jaxasync.transport import Chunk, ChunkQueue
+from jaxasync.transport import ChunkQueue
 from jaxasync.types import ModelInfo
 
 # Ray actors act on the CPU with one XLA thread each, as process actors do (their small policy
@@ -154,7 +160,6 @@ class RayNodeLost(Exception):
 
 RETRY_DELAY_S = 0.2  # between calls to an unreachable actor
 RAYLET_EXIT_GRACE_S = 2.0  # a failed Ray call waits this long for the local raylet's exit
-SWITCH_INTERVAL_S = 0.0002  # in a Ray actor's process (see RayActorWorker)
 
 
 class RayParamStore:
@@ -190,54 +195,114 @@ class RayParamStore:
     return self._ref_version, self._ref
 
 
+def _run_child_actor(payload: bytes, actor_id: int, channel, store, stop, errors,
+                     shared: ActorShared) -> None:
+  """A Ray actor's child process: ``run_actor_process`` on the factories and config that
+  ``payload`` carries (cloudpickled by the Ray actor, which received them cloudpickled: they
+  may be classes Ray shipped by value, which plain pickle cannot name)."""
+  try:
+    agent_factory, env_factory, config = import_ray().cloudpickle.loads(payload)
+  except BaseException:  # (reported as run_actor reports its own failures)
+    errors.put((actor_id, traceback.format_exc()))
+    channel.release()
+    return
+  run_actor_process_and_freeze(actor_id, agent_factory, env_factory, config, channel, store,
+                               stop, errors, shared)
+
+
 class RayActorWorker:
-  """The body of one Ray actor: a thread actor (``run_actor``, the code thread and process
-  actors run) stepping in the background into a bounded ``ChunkQueue``, drained by ``collect``.
+  """The body of one Ray actor: a process actor (``run_actor_process``, the code process
+  actors run) in a child process of the Ray actor, its chunks drained by ``collect``.
+
+  Why a child: Ray's worker runs the ``collect`` calls and (de)serializes chunks and params in
+  its main thread. An actor thread beside it shared its GIL and, measured on 2 cores, made
+  half the env steps a process actor made for the same CPU (README, Performance). In its own
+  process the actor steps while the calls run. The child starts with the first params (its
+  shared-memory param store is laid out from them) and exits with the Ray actor, killed or
+  not (``run_actor_process``: it watches its parent).
 
   The actor keeps stepping while a call's chunks travel to the learner, and blocks once
-  ``max_chunks`` chunks wait untaken: back-pressure without a call per chunk.
+  ``max_chunks`` chunks wait here and its pipe is full (up to as many more, at most 1 MiB):
+  back-pressure without a call per chunk. What its chunks and params carry goes by plain
+  pickle, as for process actors (only the factories may be classes Ray shipped by value).
 
   Args:
     actor_id: index of the actor.
-    agent_factory, env_factory: as for process actors (picklable; called here).
+    agent_factory, env_factory: as for process actors (called in the child).
     config: the actor's ``ActorConfig`` (its ``restart`` seeds it).
     env_steps: env steps it delivered before a restart (its exploration schedule continues).
-    max_chunks: chunks collected ahead at most.
+    max_chunks: chunks collected ahead at most, here (and about as many in the pipe).
+    gather_s: seconds a call waits, once it has a chunk, for more (up to ``max_chunks``).
   """
 
   def __init__(self, actor_id: int, agent_factory: Callable[[], Any], env_factory: VectorEnvFactory,
-               config: ActorConfig, env_steps: int, max_chunks: int):
-    # The actor thread holds the GIL while it steps the env in Python; a call waiting for it
-    # would wait out Python's 5 ms switch interval each time.
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
-    self.store = ThreadParamStore()
-    self.chunks = ChunkQueue(max_chunks)
-    self.stop, self.errors = threading.Event(), queue.Queue()
-    shared = ActorShared(np.zeros(actor_id + 1, np.int64), np.full(actor_id + 1, -1, np.int64))
-    shared.env_steps[actor_id] = env_steps
-    self.thread = threading.Thread(
-        target=run_actor, args=(actor_id, agent_factory, env_factory, config, self.chunks,
-                                self.store, self.stop, self.errors, shared),
-        name=f"jaxasync-ray-actor-{actor_id}", daemon=True)
-    self.thread.start()  # (it waits for the first params)
-    self.max_chunks = max_chunks
+               config: ActorConfig, env_steps: int, max_chunks: int, gather_s: float = 0.0):
+    self.actor_id, self.max_chunks, self.gather_s = actor_id, max_chunks, gather_s
+    self._payload = import_ray().cloudpickle.dumps((agent_factory, env_factory, config))
+    self._ctx = mp.get_context("spawn")
+    # Chunks stay as the child pickled them: the learner's receiver unpickles them, so this
+    # process does not unpickle each chunk and Ray pickle it again (its CPU is the actor's).
+    self.chunks = ChunkQueue(max_chunks, process=True, ctx=self._ctx, decode=False)
+    self.stop, self.errors = StopFlag(self._ctx), self._ctx.Queue()
+    n = actor_id + 1
+    self.shared = ActorShared(self._ctx.RawArray("q", n), self._ctx.RawArray("q", n),
+                              self._ctx.RawArray("d", n))
+    self.shared.env_steps[actor_id] = env_steps
+    self.shared.adopted_version[actor_id] = -1
+    self.store: SharedParamStore | None = None
+    self.process = None
 
-  def collect(self, version: int, params: Any) -> list[Chunk]:
+  def _start(self, params: Any) -> None:
+    """Starts the child, its param store laid out from ``params``."""
+    self.store = SharedParamStore(params, self._ctx)
+    channel = self.chunks.open_channel(self.actor_id)
+    self.process = self._ctx.Process(
+        target=_run_child_actor, name=f"jaxasync-ray-actor-{self.actor_id}", daemon=True,
+        args=(self._payload, self.actor_id, channel, self.store, self.stop, self.errors,
+              self.shared))
+    self.process.start()
+    channel.close()  # the child has its copy; its death must read as end-of-file
+
+  def _raise_if_failed(self) -> None:
+    """Raises ``RuntimeError`` with the child's traceback if it failed (its env raised), or
+    with its exit code if it died without one (killed)."""
+    if not self.errors.empty():
+      raise RuntimeError(self.errors.get()[1])
+    # (Its sentinel, not is_alive: where Ray ignores SIGCHLD, waitpid cannot see the exit.)
+    if mp.connection.wait([self.process.sentinel], 0):
+      self.process.join(1.0)
+      try:  # (a traceback sent just before the exit may still be on its way)
+        raise RuntimeError(self.errors.get(timeout=0.5)[1])
+      except queue.Empty:
+        code = self.process.exitcode
+        raise RuntimeError(f"Ray actor {self.actor_id}'s actor process exited "
+                           + ("" if code is None else f"with code {code} ")
+                           + "without a traceback") from None
+
+  def collect(self, version: int, params: Any) -> list[bytes]:
     """Adopts ``params`` (``None``: nothing newer than it was sent) and returns the chunks
-    collected so far, waiting for one if there is none (1 to ``max_chunks``, in order).
+    collected so far, pickled (``pickle.loads`` gives each ``Chunk``), waiting for one if
+    there is none and then up to ``gather_s`` for more (1 to ``max_chunks``, in order).
 
-    Raises ``RuntimeError`` with the actor's traceback if it failed (its env raised).
+    Raises ``RuntimeError`` with the actor's traceback if it failed (its env raised), or
+    with its exit code if its process died.
     """
     if params is not None:
+      if self.process is None:
+        self._start(params)
       self.store.publish(ModelInfo(version, params))
+    if self.process is None:
+      raise RuntimeError(f"Ray actor {self.actor_id} was called before it was sent params")
     while True:
-      if not self.errors.empty():
-        raise RuntimeError(self.errors.get()[1])
+      self._raise_if_failed()
       chunk = self.chunks.get(0.05)
       if chunk is not None:
         break
-    chunks = [chunk]
-    while len(chunks) < self.max_chunks and (chunk := self.chunks.get(0)) is not None:
+    chunks, until = [chunk], time.monotonic() + self.gather_s
+    while len(chunks) < self.max_chunks:
+      chunk = self.chunks.get(max(0.0, until - time.monotonic()))
+      if chunk is None:
+        break
       chunks.append(chunk)
     return chunks
 
@@ -263,17 +328,20 @@ class RayActorManager:
     max_restarts: replacements allowed per actor; one more failure fails the run.
     address: the Ray cluster (see ``connect``).
     chunks_ahead: chunks an actor collects ahead at most (then it blocks).
+    gather_s: seconds an actor's call waits, once it has a chunk, for more.
   """
 
   mode = "ray"
 
   def __init__(self, agent_factory: Callable[[], Any], env_factory: VectorEnvFactory,
                configs: list[ActorConfig], transport: ChunkQueue, param_store: RayParamStore,
-               max_restarts: int = 3, address: str | None = None, chunks_ahead: int = 4):
+               max_restarts: int = 3, address: str | None = None, chunks_ahead: int = 4,
+               gather_s: float = 0.0):
     import_ray()  # (fails early, before the learner starts, when Ray is missing)
     self.agent_factory, self.env_factory, self.configs = agent_factory, env_factory, configs
     self.transport, self.param_store = transport, param_store
     self.max_restarts, self.address, self.chunks_ahead = max_restarts, address, chunks_ahead
+    self.gather_s = gather_s
     n = len(configs)
     self.shared = ActorShared(np.zeros(n, np.int64), np.full(n, -1, np.int64))
     self.restarts = [0] * n
@@ -312,7 +380,7 @@ class RayActorManager:
   def _spawn(self, i: int):
     config = dataclasses.replace(self.configs[i], restart=self.restarts[i])  # a fresh seed
     return self._remote.remote(i, self.agent_factory, self.env_factory, config,
-                               int(self.shared.env_steps[i]), self.chunks_ahead)
+                               int(self.shared.env_steps[i]), self.chunks_ahead, self.gather_s)
 
   # --- the receiver thread ------------------------------------------------------------------
   def _receive(self) -> None:
@@ -389,11 +457,13 @@ class RayActorManager:
     i = calls[ready[0]]
     self._calls[i] = None
     try:
-      chunks = ray.get(ready[0])
+      chunks = [pickle.loads(frame) for frame in ray.get(ready[0])]
     except ray.exceptions.ActorUnavailableError:
       # Unreachable for now (e.g. its node stopped answering, not yet declared dead): call
-      # again in a moment; a call made now would fail the same way at once.
+      # again in a moment; a call made now would fail the same way at once. The params that
+      # call carried may not have arrived: the next one carries them again.
       self._retry_at[i] = time.monotonic() + RETRY_DELAY_S
+      self._sent_version[i] = -1
       return
     except ray.exceptions.RayError as e:  # raised in collect, or the actor or its node died
       self._node_lost()  # (a node going down kills its actors first: none is replaced then)

@@ -239,7 +239,7 @@ class Trainer:
       self.param_store = RayParamStore()
       manager = RayActorManager(agent_factory, env_factory, configs, transport,
                                 self.param_store, ac.max_restarts, ac.ray_address,
-                                ac.ray_chunks_ahead)
+                                ac.ray_chunks_ahead, ac.ray_gather_s)
     else:
       process = ac.resolved_mode == "process"
       transport = ChunkQueue(ac.queue_size, ac.drop_when_full, process=process)

@@ -61,12 +61,16 @@ class ChunkQueue:
       of blocking the actor.
     process: actors are processes (spawn start method): one pipe per actor.
     ctx: the multiprocessing context of the actor processes (default: spawn).
+    decode: processes: ``get`` returns each ``Chunk``; False: its pickled bytes, as the actor
+      wrote them (for a reader that only forwards them: ``pickle.loads`` gives the chunk).
   """
 
-  def __init__(self, maxsize: int = 64, drop_oldest: bool = False, process: bool = False, ctx=None):
+  def __init__(self, maxsize: int = 64, drop_oldest: bool = False, process: bool = False, ctx=None,
+               decode: bool = True):
     if maxsize < 1:
       raise ValueError(f"queue maxsize must be >= 1, got {maxsize}.")
     self.maxsize, self.drop_oldest, self.process = maxsize, drop_oldest, process
+    self.decode = decode
     self._dropped = _Counter()
     if process:
       self._ctx = ctx or mp.get_context("spawn")
@@ -196,7 +200,8 @@ class ChunkQueue:
       n = int.from_bytes(buf[:_HEADER], "little")
       if len(buf) < _HEADER + n:
         break
-      chunk = pickle.loads(bytes(buf[_HEADER:_HEADER + n]))
+      frame = bytes(buf[_HEADER:_HEADER + n])
+      chunk = pickle.loads(frame) if self.decode else frame
       del buf[:_HEADER + n]
       if not r.sized:
         _size_pipe(r.fd, self.maxsize * (_HEADER + n))

@@ -234,7 +234,8 @@ def measure_ray_actor(args: Args, agent_factory, env: ja.EnvFactory) -> dict:
   store.publish(ja.ModelInfo(0, jax.device_get(agent.init(jax.random.PRNGKey(args.seed)).params)))
   transport = ja.ChunkQueue(ja.ActorsConfig().queue_size)
   manager = RayActorManager(agent_factory, env, [config], transport, store,
-                            chunks_ahead=ja.ActorsConfig().ray_chunks_ahead)
+                            chunks_ahead=ja.ActorsConfig().ray_chunks_ahead,
+                            gather_s=ja.ActorsConfig().ray_gather_s)
   manager.start()
 
   def run(seconds: float) -> tuple[int, int]:

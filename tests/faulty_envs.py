@@ -173,3 +173,14 @@ class BarrierAgentFactory:
 
   def __call__(self):
     return self.factory()
+
+
+def _refuse_to_load():
+  raise RuntimeError("this factory cannot be loaded on purpose")
+
+
+class UnloadableEnvFactory:
+  """Pickles, but raises when unpickled (in the process that was to build the env)."""
+
+  def __reduce__(self):
+    return _refuse_to_load, ()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import pickle
 import re
 import signal
 import subprocess
@@ -15,6 +16,7 @@ import threading
 import time
 from pathlib import Path
 
+import jax
 import pytest
 import ray
 from ray.cluster_utils import Cluster
@@ -29,15 +31,17 @@ CARTPOLE = ja.EnvFactory("CartPole-v1")
 
 
 def _ray_processes() -> set[int]:
+  """Ray's daemons, and the actor processes Ray actors spawn (multiprocessing's children)."""
   out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
   return {int(line.split()[0]) for line in out.splitlines()[1:]
-          if "raylet" in line or "gcs_server" in line}
+          if "raylet" in line or "gcs_server" in line or "spawn_main" in line}
 
 
 @pytest.mark.slow
 def test_experiment_with_ray_actors_on_a_local_instance(tmp_path):
   """``experiments/dqn.py --mode ray`` starts a local Ray instance (token
-  authentication on, as Ray sets it), trains, and leaves no Ray process behind."""
+  authentication on, as Ray sets it), trains, and leaves no Ray process behind (nor the
+  actor processes its Ray actors ran)."""
   before = _ray_processes()
   logdir = tmp_path / "run"
   out = subprocess.run([sys.executable, "experiments/dqn.py", "--mode", "ray",
@@ -227,6 +231,30 @@ class _FakeRay:
     self.killed.append(handle)
 
 
+def test_an_actor_unavailable_for_a_call_is_sent_the_params_again(monkeypatch):
+  """A call that carried params and failed as unavailable (the actor busy or its node slow to
+  answer) may not have delivered them: the next call carries them again (a Ray actor's
+  process starts with its first params)."""
+  config = ja.ActorConfig(num_envs=1, chunk_steps=1, seed=0)
+  store = ray_actors.RayParamStore()
+  store.publish(ja.ModelInfo(3, {"w": [1.0, 2.0]}))
+  manager = ray_actors.RayActorManager(None, CARTPOLE, [config], ja.ChunkQueue(2), store)
+  fake = _FakeRay(alive=True)
+  fake.get = lambda ref: (_ for _ in ()).throw(fake.exceptions.ActorUnavailableError("busy"))
+  monkeypatch.setattr(ray_actors, "import_ray", lambda: fake)
+  sent = []
+  collect = type("Collect", (), {"remote": staticmethod(lambda v, p: sent.append((v, p)))})
+  manager.handles = [type("Handle", (), {"collect": collect})()]
+  manager._by_value = True
+  manager._call(0)
+  assert sent == [(3, {"w": [1.0, 2.0]})]
+  manager._calls = ["its call"]
+  manager._receive_once(0.01)  # (unavailable: retried after RETRY_DELAY_S)
+  manager._retry_at = [0.0]
+  manager._call_idle_actors()
+  assert sent[1:] == [(3, {"w": [1.0, 2.0]})]
+
+
 @pytest.mark.parametrize("alive", [True, False])
 def test_an_actor_dying_with_the_learners_node_is_not_replaced(monkeypatch, alive):
   """An actor whose call failed is replaced, unless the node of the learner's process is dead
@@ -378,7 +406,83 @@ def test_missing_ray_is_a_config_error_naming_the_extra(monkeypatch):
 
 
 @pytest.mark.parametrize("settings", [dict(inference_servers=1), dict(pin_cpus=True),
-                                      dict(ray_chunks_ahead=0)])
+                                      dict(ray_chunks_ahead=0), dict(ray_gather_s=-0.1)])
 def test_settings_that_do_not_apply_to_ray_actors_are_refused(settings):
   with pytest.raises(ja.ConfigError, match="ray|Ray"):
     ja.ActorsConfig(mode="ray", **settings).validate()
+
+
+def _worker(env_factory, actor_id: int = 2) -> ray_actors.RayActorWorker:
+  """A Ray actor's body, built in this process (as Ray would build it in a worker)."""
+  obs_space, action_space = ja.envs.spaces_of(CARTPOLE)
+  factory = functools.partial(ja.DQN, ja.DQNConfig(), obs_space, action_space)
+  config = ja.ActorConfig(num_envs=2, chunk_steps=4, seed=7, num_actors=3)
+  return ray_actors.RayActorWorker(actor_id, factory, env_factory, config, env_steps=40,
+                                   max_chunks=2)
+
+
+def _params():
+  obs_space, action_space = ja.envs.spaces_of(CARTPOLE)
+  agent = ja.DQN(ja.DQNConfig(), obs_space, action_space)
+  return jax.device_get(agent.policy_params(agent.init(jax.random.PRNGKey(0))))
+
+
+@pytest.fixture
+def ray_actor_environ(monkeypatch):
+  """The environment Ray gives its actors' workers (their children inherit it)."""
+  for k, v in ray_actors.ACTOR_ENV_VARS.items():
+    monkeypatch.setenv(k, v)
+
+
+def test_a_ray_actor_steps_in_a_child_process_and_returns_its_chunks_in_order(ray_actor_environ):
+  """The Ray actor's body starts its actor process with the first params, and a call returns
+  1 to ``max_chunks`` chunks of that actor (its id kept), in order, acted on those params,
+  and with ``gather_s`` waits for more; the child exits when told to stop. A call before any
+  params is refused."""
+  worker = _worker(CARTPOLE)
+  try:
+    first = [pickle.loads(frame) for frame in worker.collect(5, _params())]  # (as the learner)
+    later = [pickle.loads(frame) for frame in worker.collect(5, None)]
+    assert worker.process.pid != os.getpid() and worker.process.is_alive()
+    chunks = first + later
+    assert 1 <= len(first) <= 2 and 1 <= len(later) <= 2
+    assert {c.actor_id for c in chunks} == {2} and {c.version for c in chunks} == {5}
+    assert [c.seq for c in chunks] == list(range(chunks[0].seq, chunks[0].seq + len(chunks)))
+    assert all(c.env_steps == 2 * 4 for c in chunks)
+    assert worker.shared.env_steps[2] >= 40 + 8 * len(chunks)  # (counted on from a restart's)
+    worker.gather_s = 1.0  # (a chunk of 8 env steps comes in milliseconds: the call fills up)
+    assert len(worker.collect(5, None)) == 2
+  finally:
+    if worker.process is not None:
+      worker.stop.set()
+      worker.process.join(10)
+  assert not worker.process.is_alive()
+  with pytest.raises(RuntimeError, match="before it was sent params"):
+    _worker(CARTPOLE).collect(-1, None)  # (no child is started)
+
+
+def _collect_until_it_raises(worker, params) -> None:
+  while True:
+    worker.collect(0, params)
+    params = None
+
+
+def test_a_ray_actor_reports_its_env_failing_and_its_process_dying(ray_actor_environ):
+  """An env that raises, or factories that cannot be loaded in the actor's process: a call
+  raises with that traceback. An actor process killed: a call raises naming its exit code
+  (Ray's receiver then replaces the actor)."""
+  worker = _worker(RaisingEnvFactory(steps=5))
+  with pytest.raises(RuntimeError, match="env exploded on purpose"):
+    _collect_until_it_raises(worker, _params())
+  worker.process.join(10)
+
+  worker = _worker(faulty_envs.UnloadableEnvFactory())
+  with pytest.raises(RuntimeError, match="cannot be loaded on purpose"):
+    _collect_until_it_raises(worker, _params())
+  worker.process.join(10)
+
+  worker = _worker(CARTPOLE)
+  worker.collect(0, _params())
+  worker.process.kill()
+  with pytest.raises(RuntimeError, match=r"actor process exited with code -9 without a traceback"):
+    _collect_until_it_raises(worker, None)
