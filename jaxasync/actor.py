@@ -77,6 +77,13 @@ class ActorShared:
   # learner not taking); None: not measured (the lock-step actor, Ray actors).
   blocked_s: Any = None
 
+  @classmethod
+  def in_shared_memory(cls, ctx, num_actors: int) -> "ActorShared":
+    """Counters for ``num_actors`` actor processes of the multiprocessing context ``ctx``
+    (zeroed ``RawArray``s: read and written without a lock, one writer per entry)."""
+    return cls(ctx.RawArray("q", num_actors), ctx.RawArray("q", num_actors),
+               ctx.RawArray("d", num_actors))
+
 
 def run_actor(actor_id: int, agent_factory: Callable[[], Any], env_factory: VectorEnvFactory,
               config: ActorConfig, transport, param_store, stop, errors, shared: ActorShared,

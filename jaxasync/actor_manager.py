@@ -144,8 +144,7 @@ class ActorManager:
       self._ctx = mp.get_context("spawn")
       self._stop = StopFlag(self._ctx)
       self._errors = self._ctx.Queue()
-      self.shared = ActorShared(self._ctx.RawArray("q", n), self._ctx.RawArray("q", n),
-                                self._ctx.RawArray("d", n))
+      self.shared = ActorShared.in_shared_memory(self._ctx, n)
       self._env_lock = self._ctx.Lock() if serialize_env_init else None
     else:
       self._stop = threading.Event()

@@ -162,7 +162,8 @@ class ActorsConfig:
       ray_chunks_ahead) before it returns. Each call costs the Ray actor's process CPU time
       that its env steps then lack; fewer, fuller calls leave more of it to the actor, for
       chunks up to that much older (docs/bench_learning_results.md, "Ray actors in a child
-      process"). 0: a call returns what is there.
+      process", and "Ray actors: calls that gather for 0.2 s"). 0: a call returns what is
+      there (the on-policy scripts' setting, with ray_chunks_ahead 4).
   """
 
   mode: ActorMode = "sync"
@@ -183,8 +184,8 @@ class ActorsConfig:
   inference_delay: float = 0.002
   inference_device: Literal["default", "cpu"] = "default"
   ray_address: str | None = None
-  ray_chunks_ahead: int = 4
-  ray_gather_s: float = 0.05
+  ray_chunks_ahead: int = 16
+  ray_gather_s: float = 0.2
 
   # What the lock-step actor reads; it ignores every other field.
   LOCKSTEP_FIELDS: ClassVar[tuple[str, ...]] = ("mode", "num_envs")

@@ -160,6 +160,7 @@ class RayNodeLost(Exception):
 
 RETRY_DELAY_S = 0.2  # between calls to an unreachable actor
 RAYLET_EXIT_GRACE_S = 2.0  # a failed Ray call waits this long for the local raylet's exit
+CLOSE_TIMEOUT_S = 5.0  # an actor's child gets this long to exit when the run stops
 
 
 class RayParamStore:
@@ -244,9 +245,7 @@ class RayActorWorker:
     # process does not unpickle each chunk and Ray pickle it again (its CPU is the actor's).
     self.chunks = ChunkQueue(max_chunks, process=True, ctx=self._ctx, decode=False)
     self.stop, self.errors = StopFlag(self._ctx), self._ctx.Queue()
-    n = actor_id + 1
-    self.shared = ActorShared(self._ctx.RawArray("q", n), self._ctx.RawArray("q", n),
-                              self._ctx.RawArray("d", n))
+    self.shared = ActorShared.in_shared_memory(self._ctx, actor_id + 1)  # (indexed by id)
     self.shared.env_steps[actor_id] = env_steps
     self.shared.adopted_version[actor_id] = -1
     self.store: SharedParamStore | None = None
@@ -305,6 +304,24 @@ class RayActorWorker:
         break
       chunks.append(chunk)
     return chunks
+
+  def close(self, timeout: float = CLOSE_TIMEOUT_S) -> None:
+    """Stops the child and waits up to ``timeout`` for its exit (draining its pipe, which it
+    may be flushing a chunk into), then terminates it. A child left to exit with this
+    process, which Ray kills with its other children, finds multiprocessing's resource
+    tracker gone as it releases its locks and prints a traceback for each one."""
+    self.stop.set()
+    if self.process is None:
+      return
+    deadline = time.monotonic() + timeout
+    # (Its sentinel, not is_alive: where Ray ignores SIGCHLD, waitpid cannot see the exit.)
+    while (not mp.connection.wait([self.process.sentinel], 0.05)
+           and time.monotonic() < deadline):
+      while self.chunks.get(0) is not None:
+        pass
+    if not mp.connection.wait([self.process.sentinel], 0):
+      self.process.terminate()
+    self.process.join(1.0)
 
   def node_id(self) -> str:
     return import_ray().get_runtime_context().get_node_id()
@@ -534,6 +551,10 @@ class RayActorManager:
       self._receiver.join(timeout)
     if self.handles and not self._node_gone:  # (a dead node's actors are gone already)
       ray = import_ray()
+      # Each actor stops its child first (a call in flight ends within gather_s before it),
+      # then is killed, closed or not: a hung one does not hold up the end.
+      closing = [handle.close.remote() for handle in self.handles]
+      ray.wait(closing, num_returns=len(closing), timeout=CLOSE_TIMEOUT_S + 1.0)
       for handle in self.handles:
         ray.kill(handle, no_restart=True)
       self.handles = []

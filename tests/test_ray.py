@@ -437,8 +437,8 @@ def ray_actor_environ(monkeypatch):
 def test_a_ray_actor_steps_in_a_child_process_and_returns_its_chunks_in_order(ray_actor_environ):
   """The Ray actor's body starts its actor process with the first params, and a call returns
   1 to ``max_chunks`` chunks of that actor (its id kept), in order, acted on those params,
-  and with ``gather_s`` waits for more; the child exits when told to stop. A call before any
-  params is refused."""
+  and with ``gather_s`` waits for more; ``close`` stops the child, which exits by itself
+  (code 0, not terminated). A call before any params is refused."""
   worker = _worker(CARTPOLE)
   try:
     first = [pickle.loads(frame) for frame in worker.collect(5, _params())]  # (as the learner)
@@ -453,10 +453,8 @@ def test_a_ray_actor_steps_in_a_child_process_and_returns_its_chunks_in_order(ra
     worker.gather_s = 1.0  # (a chunk of 8 env steps comes in milliseconds: the call fills up)
     assert len(worker.collect(5, None)) == 2
   finally:
-    if worker.process is not None:
-      worker.stop.set()
-      worker.process.join(10)
-  assert not worker.process.is_alive()
+    worker.close()
+  assert not worker.process.is_alive() and worker.process.exitcode == 0
   with pytest.raises(RuntimeError, match="before it was sent params"):
     _worker(CARTPOLE).collect(-1, None)  # (no child is started)
 
