@@ -307,9 +307,8 @@ class RayActorWorker:
 
   def close(self, timeout: float = CLOSE_TIMEOUT_S) -> None:
     """Stops the child and waits up to ``timeout`` for its exit (draining its pipe, which it
-    may be flushing a chunk into), then terminates it. A child left to exit with this
-    process, which Ray kills with its other children, finds multiprocessing's resource
-    tracker gone as it releases its locks and prints a traceback for each one."""
+    may be flushing a chunk into), then terminates it: the child ends its run itself (its
+    env closed, its pipe released) instead of finding this process killed under it."""
     self.stop.set()
     if self.process is None:
       return
