@@ -161,6 +161,7 @@ class RayNodeLost(Exception):
 RETRY_DELAY_S = 0.2  # between calls to an unreachable actor
 RAYLET_EXIT_GRACE_S = 2.0  # a failed Ray call waits this long for the local raylet's exit
 CLOSE_TIMEOUT_S = 5.0  # an actor's child gets this long to exit when the run stops
+FIRST_CHUNK_WAIT_S = 1.0  # a collect call with no chunk by then returns none
 
 
 class RayParamStore:
@@ -281,7 +282,9 @@ class RayActorWorker:
   def collect(self, version: int, params: Any) -> list[bytes]:
     """Adopts ``params`` (``None``: nothing newer than it was sent) and returns the chunks
     collected so far, pickled (``pickle.loads`` gives each ``Chunk``), waiting for one if
-    there is none and then up to ``gather_s`` for more (1 to ``max_chunks``, in order).
+    there is none and then up to ``gather_s`` for more (1 to ``max_chunks``, in order); none
+    if none came within ``FIRST_CHUNK_WAIT_S`` (a child still starting, a slow env), so that
+    a call never holds this actor's next method, ``close`` at a stop, for longer.
 
     Raises ``RuntimeError`` with the actor's traceback if it failed (its env raised), or
     with its exit code if its process died.
@@ -292,11 +295,14 @@ class RayActorWorker:
       self.store.publish(ModelInfo(version, params))
     if self.process is None:
       raise RuntimeError(f"Ray actor {self.actor_id} was called before it was sent params")
+    give_up = time.monotonic() + FIRST_CHUNK_WAIT_S
     while True:
       self._raise_if_failed()
       chunk = self.chunks.get(0.05)
       if chunk is not None:
         break
+      if time.monotonic() > give_up:
+        return []
     chunks, until = [chunk], time.monotonic() + self.gather_s
     while len(chunks) < self.max_chunks:
       chunk = self.chunks.get(max(0.0, until - time.monotonic()))
@@ -542,18 +548,21 @@ class RayActorManager:
     return ray.get([h.node_id.remote() for h in list(self.handles)])
 
   def stop_and_join(self, timeout: float = 10.0) -> list[ActorStats]:
-    """Stops the receiver thread and kills the Ray actors (a call in flight is abandoned:
-    the run is over); waits at most ``timeout`` for the thread."""
+    """Stops the receiver thread (waiting at most ``timeout``), then each Ray actor's child
+    (``RayActorWorker.close``, bounded), and kills the Ray actors (the chunks of a call in
+    flight are abandoned: the run is over)."""
     end = time.perf_counter()
     self._stop.set()
     if self._receiver is not None:
       self._receiver.join(timeout)
     if self.handles and not self._node_gone:  # (a dead node's actors are gone already)
       ray = import_ray()
-      # Each actor stops its child first (a call in flight ends within gather_s before it),
-      # then is killed, closed or not: a hung one does not hold up the end.
+      # Each actor stops its child first, then is killed, closed or not: a hung one does not
+      # hold up the end. (A Ray actor runs one method at a time: its close waits for the call
+      # in flight, which returns within FIRST_CHUNK_WAIT_S + gather_s.)
       closing = [handle.close.remote() for handle in self.handles]
-      ray.wait(closing, num_returns=len(closing), timeout=CLOSE_TIMEOUT_S + 1.0)
+      ray.wait(closing, num_returns=len(closing),
+               timeout=FIRST_CHUNK_WAIT_S + self.gather_s + CLOSE_TIMEOUT_S + 1.5)
       for handle in self.handles:
         ray.kill(handle, no_restart=True)
       self.handles = []

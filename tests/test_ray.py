@@ -441,8 +441,8 @@ def test_a_ray_actor_steps_in_a_child_process_and_returns_its_chunks_in_order(ra
   (code 0, not terminated). A call before any params is refused."""
   worker = _worker(CARTPOLE)
   try:
-    first = [pickle.loads(frame) for frame in worker.collect(5, _params())]  # (as the learner)
-    later = [pickle.loads(frame) for frame in worker.collect(5, None)]
+    first = _collect_some(worker, 5, _params())
+    later = _collect_some(worker, 5, None)
     assert worker.process.pid != os.getpid() and worker.process.is_alive()
     chunks = first + later
     assert 1 <= len(first) <= 2 and 1 <= len(later) <= 2
@@ -457,6 +457,40 @@ def test_a_ray_actor_steps_in_a_child_process_and_returns_its_chunks_in_order(ra
   assert not worker.process.is_alive() and worker.process.exitcode == 0
   with pytest.raises(RuntimeError, match="before it was sent params"):
     _worker(CARTPOLE).collect(-1, None)  # (no child is started)
+
+
+def _collect_some(worker, version, params, timeout: float = 120.0) -> list:
+  """The chunks of the first call that returns some (as the learner's receiver unpickles
+  them); a call returns none while the child starts."""
+  deadline = time.monotonic() + timeout
+  while time.monotonic() < deadline:
+    chunks = [pickle.loads(frame) for frame in worker.collect(version, params)]
+    if chunks:
+      return chunks
+    params = None  # (sent once, as the manager does)
+  raise AssertionError(f"no chunk in {timeout} s")
+
+
+def test_a_ray_actor_with_no_chunk_returns_none_and_is_closed_bounded(ray_actor_environ):
+  """An actor whose env hangs in ``step``: a call returns no chunk after about
+  ``FIRST_CHUNK_WAIT_S`` (so ``close``, queued behind it in the Ray actor, is not held up),
+  and ``close`` terminates the stuck child after its timeout."""
+  worker = _worker(faulty_envs.HangingEnvFactory(steps=20))
+  try:
+    _collect_some(worker, 0, _params())  # (the chunks before its env hangs)
+    while True:
+      started = time.monotonic()
+      chunks = worker.collect(0, None)
+      if not chunks:
+        break
+    assert time.monotonic() - started < ray_actors.FIRST_CHUNK_WAIT_S + 1.0
+    started = time.monotonic()
+    worker.close(timeout=1.0)
+    assert time.monotonic() - started < 1.0 + 2.0
+    assert not worker.process.is_alive() and worker.process.exitcode == -signal.SIGTERM
+  finally:
+    if worker.process.is_alive():
+      worker.process.kill()
 
 
 def _collect_until_it_raises(worker, params) -> None:
