@@ -555,6 +555,11 @@ class RayActorManager:
     self._stop.set()
     if self._receiver is not None:
       self._receiver.join(timeout)
+    if not self._node_gone:  # (a raylet gone since the receiver's last look: no Ray call now)
+      try:
+        self._check_node()
+      except RayNodeLost as e:
+        self._lose_node(e)  # (check reports it)
     if self.handles and not self._node_gone:  # (a dead node's actors are gone already)
       ray = import_ray()
       # Each actor stops its child first, then is killed, closed or not: a hung one does not

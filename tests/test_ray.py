@@ -305,6 +305,24 @@ def test_the_receiver_stops_calling_ray_once_the_local_raylet_exited(monkeypatch
   assert ray_calls == [] and manager.handles == ["a handle of a dead actor"]  # (not killed)
 
 
+def test_stopping_after_the_local_raylet_exited_makes_no_ray_call(monkeypatch):
+  """The raylet of the local instance exits after the receiver's last look: stopping makes no
+  Ray call (no ``close``, no kill: one would end the process from Ray's core worker), and
+  ``check`` then names the lost instance."""
+  config = ja.ActorConfig(num_envs=1, chunk_steps=1, seed=0)
+  manager = ray_actors.RayActorManager(None, CARTPOLE, [config], ja.ChunkQueue(2),
+                                       ray_actors.RayParamStore())
+  manager._raylet, manager.handles = _Exited(-9), ["a handle of a live actor"]
+  ray_calls = []
+  monkeypatch.setattr(ray_actors, "import_ray", lambda: ray_calls.append("import_ray"))
+  monkeypatch.setattr(ray_actors, "ray_logs", lambda: "")
+  manager.stop_and_join()
+  assert ray_calls == [] and manager.handles == ["a handle of a live actor"]
+  with pytest.raises(ja.ActorFailed, match=r"the local Ray instance failed \(its raylet "
+                     r"exited, killed by signal 9\)"):
+    manager.check()
+
+
 def test_the_raylet_exit_reason_is_read_from_its_log(tmp_path):
   (tmp_path / "raylet.out").write_text(
       'main.cc:481: Raylet graceful shutdown triggered with death info: reason: '
