@@ -263,13 +263,17 @@ class RayActorWorker:
     self.process.start()
     channel.close()  # the child has its copy; its death must read as end-of-file
 
+  def _child_exited(self, timeout: float = 0.0) -> bool:
+    """Whether the child exited (waiting up to ``timeout``). Its sentinel, not is_alive:
+    where Ray ignores SIGCHLD, waitpid cannot see the exit."""
+    return bool(mp.connection.wait([self.process.sentinel], timeout))
+
   def _raise_if_failed(self) -> None:
     """Raises ``RuntimeError`` with the child's traceback if it failed (its env raised), or
     with its exit code if it died without one (killed)."""
     if not self.errors.empty():
       raise RuntimeError(self.errors.get()[1])
-    # (Its sentinel, not is_alive: where Ray ignores SIGCHLD, waitpid cannot see the exit.)
-    if mp.connection.wait([self.process.sentinel], 0):
+    if self._child_exited():
       self.process.join(1.0)
       try:  # (a traceback sent just before the exit may still be on its way)
         raise RuntimeError(self.errors.get(timeout=0.5)[1])
@@ -319,12 +323,10 @@ class RayActorWorker:
     if self.process is None:
       return
     deadline = time.monotonic() + timeout
-    # (Its sentinel, not is_alive: where Ray ignores SIGCHLD, waitpid cannot see the exit.)
-    while (not mp.connection.wait([self.process.sentinel], 0.05)
-           and time.monotonic() < deadline):
+    while not self._child_exited(0.05) and time.monotonic() < deadline:
       while self.chunks.get(0) is not None:
         pass
-    if not mp.connection.wait([self.process.sentinel], 0):
+    if not self._child_exited():
       self.process.terminate()
     self.process.join(1.0)
 
