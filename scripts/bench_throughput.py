@@ -31,6 +31,16 @@ Variants (--variants picks a subset):
            RayActorManager into a ChunkQueue read in a loop), against (a): per-chunk overhead = 1 / its chunks/s
            - 1 / (a)'s chunks/s. Not in the default --variants (it needs Ray:
            pip install 'jaxasync[ray]').
+  ray_1node, ray_2nodes
+           (f') the same Ray actors on a cluster simulated on this machine (ray.cluster_utils,
+           started afresh for each measurement: not timed): a head node without CPUs, which
+           the learner's process joins, and 1 or 2 worker nodes sharing --num-actors CPUs
+           (SPREAD puts the actors on different nodes). Each node has its own raylet and
+           object store, so params go out with one ray.put per publication and chunks come
+           back through the object store, as on a real cluster (the local instance jaxasync
+           starts passes both by value). Reported: ray_1node / ray (what the cluster's
+           transport costs) and ray_2nodes / ray_1node (what one more node adds; on a machine
+           whose cores the nodes share, its daemons' cost rather than cores).
 For (c)-(e'') the trainers are `jaxasync.Trainer(agent, env, run, actors, recorder,
 agent_factory=...)` (RunConfig, ActorsConfig; the agent's own data pipeline), with a recorder that
 timestamps every record (one per 100 opt steps) and snapshots the counters and stage timers.
@@ -63,6 +73,7 @@ Run (from the repository root):
   python scripts/bench_throughput.py --variants sync pinned --solve-seeds 0 --num-actors 2
   python scripts/bench_throughput.py --agent impala --variants actor process --solve-seeds 0
   python scripts/bench_throughput.py --variants learner --learner-devices 1 2 4 --batch-size 1024
+  python scripts/bench_throughput.py --variants actor ray ray_1node ray_2nodes --num-actors 2 --solve-seeds 0
 
 With --agent impala (experiments/impala.py's agent and actors: unrolls through the queue,
 params published after every SGD step) the replay measurements (b) are skipped, and each
@@ -72,6 +83,7 @@ actor keeps beside the learner (the issue's >= 0.85 for on-policy agents).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -82,6 +94,7 @@ import statistics
 import sys
 import threading
 import time
+import warnings
 from typing import Literal
 
 
@@ -113,10 +126,12 @@ from jaxasync.param_store import to_cpu
 from jaxasync.placement import usable_cores
 from jaxasync.types import transition_example
 
-Variant = Literal["actor", "learner", "sync", "thread", "process", "pinned", "default", "ray"]
+Variant = Literal["actor", "learner", "sync", "thread", "process", "pinned", "default", "ray",
+                  "ray_1node", "ray_2nodes"]
 ASYNC_VARIANTS = {"thread": ("thread", False), "process": ("process", False),
                   "pinned": ("process", True), "default": ("process", "auto"),
-                  "ray": ("ray", False)}
+                  "ray": ("ray", False), "ray_1node": ("ray", False), "ray_2nodes": ("ray", False)}
+RAY_CLUSTER_NODES = {"ray_1node": 1, "ray_2nodes": 2}  # (f'): worker nodes of the simulated cluster
 RECORD_INTERVAL = 100  # opt steps between the trainers' records (our timestamps)
 
 
@@ -479,13 +494,48 @@ def measure_sync(args: Args, agent_factory, env: ja.EnvFactory) -> dict:
   return {**recorder.window(), **summary_figures(summary)}
 
 
+@contextlib.contextmanager
+def simulated_cluster(nodes: int, num_actors: int):
+  """(f'): a Ray cluster on this machine, joined by this process for the block: a head node
+  without CPUs and ``nodes`` worker nodes with ``num_actors`` CPUs between them. A local
+  instance an earlier 'ray' measurement started is shut down first (one connection per
+  process); the cluster is shut down after, so the next 'ray' starts its local instance
+  again."""
+  import ray
+  from ray.cluster_utils import Cluster
+  if ray.is_initialized():
+    ray.shutdown()
+  # As jaxasync's local instance and the README's `ray start` lines: at Ray's nice 15 the
+  # learner starves the actors on a machine they share.
+  os.environ.setdefault("RAY_worker_niceness", "0")
+  cluster = None
+  try:
+    with warnings.catch_warnings():
+      # JAX warns on any os.fork once it runs threads; the nodes start with subprocess (fork
+      # then exec at once), which that warning is not about (as in ray_actors.connect).
+      warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called",
+                              category=RuntimeWarning)
+      cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+      for _ in range(nodes):
+        cluster.add_node(num_cpus=-(-num_actors // nodes))
+    ray.init(address=cluster.address)
+    cluster.wait_for_nodes()
+    yield
+  finally:
+    ray.shutdown()
+    if cluster is not None:
+      cluster.shutdown()
+
+
 def measure_async(args: Args, agent_factory, env: ja.EnvFactory, variant: str) -> dict:
   recorder = WindowRecorder(args.warmup, args.duration)
   # Process and Ray actors build their own agent with agent_factory.
   trainer = ja.Trainer(agent_factory(), env, run_config(args, duration=60 + args.duration),
                        actors_config(args, variant), recorder, agent_factory=agent_factory)
   recorder.attach(trainer, trainer.stage_times)
-  summary = trainer.train()  # (the feed unpins this thread at its close, whatever ended it)
+  with (simulated_cluster(RAY_CLUSTER_NODES[variant], args.num_actors)
+        if variant in RAY_CLUSTER_NODES else contextlib.nullcontext()):
+    summary = trainer.train()  # (the feed unpins this thread at its close, whatever ended it)
   return {**recorder.window(), **summary_figures(summary),
           "dropped_chunks": summary["dropped_chunks"], "placement": summary["placement"]}
 
@@ -738,6 +788,29 @@ def print_ray_actor(med: dict, ratios: dict) -> None:
            if "ray_over_process" in ratios else ""))
 
 
+def ray_cluster_ratios(med: dict) -> dict:
+  """(f'): env-steps/s of Ray actors on the simulated cluster's one worker node over the local
+  instance's ('ray'), and on two worker nodes over one."""
+  rate = lambda name: median_rate(med, name, "env_steps_per_sec")
+  ratios = {}
+  if rate("ray_1node") and rate("ray"):
+    ratios["ray_1node_over_ray"] = rate("ray_1node") / rate("ray")
+  if rate("ray_2nodes") and rate("ray_1node"):
+    ratios["ray_2nodes_over_1node"] = rate("ray_2nodes") / rate("ray_1node")
+  return ratios
+
+
+def print_ray_cluster(args: Args, ratios: dict) -> None:
+  """(f')'s ratios, one line."""
+  parts = []
+  if "ray_1node_over_ray" in ratios:
+    parts.append(f"one worker node / local instance {ratios['ray_1node_over_ray']:.2f}")
+  if "ray_2nodes_over_1node" in ratios:
+    parts.append(f"two worker nodes / one {ratios['ray_2nodes_over_1node']:.2f}")
+  if parts:
+    print(f"\nsimulated Ray cluster ({args.num_actors} actor(s)), env-steps/s: " + "; ".join(parts))
+
+
 def learner_device_ratios(args: Args, med: dict) -> dict:
   """(h): each device count's Learner opt-steps/s over the smallest count's."""
   if not (args.learner_devices and "learner" in med):
@@ -811,6 +884,8 @@ def main(args: Args) -> dict:
   # one (no Ray chunk in a short window) stops the run with the table already printed.
   ratios.update(ray_actor_ratios(med))
   print_ray_actor(med, ratios)
+  ratios.update(ray_cluster_ratios(med))
+  print_ray_cluster(args, ratios)
   ratios.update(learner_device_ratios(args, med))
   print_learner_devices(args, med, ratios)
   print_solves(args, solves)

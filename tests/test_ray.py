@@ -536,3 +536,31 @@ def test_a_ray_actor_reports_its_env_failing_and_its_process_dying(ray_actor_env
   worker.process.kill()
   with pytest.raises(RuntimeError, match=r"actor process exited with code -9 without a traceback"):
     _collect_until_it_raises(worker, None)
+
+
+@pytest.mark.slow
+def test_throughput_harness_measures_ray_actors_on_a_simulated_cluster(tmp_path):
+  """``scripts/bench_throughput.py``'s cluster variants: each starts a cluster (a head without
+  CPUs, one or two worker nodes), measures two Ray actors training through it, and shuts it
+  down; the two ratios are written, and no Ray daemon or actor process is left behind."""
+  before = _ray_processes()
+  out_json = tmp_path / "bench.json"
+  out = subprocess.run(
+      [sys.executable, "scripts/bench_throughput.py", "--variants", "ray", "ray_1node",
+       "ray_2nodes", "--num-actors", "2", "--repeats", "1", "--duration", "1", "--warmup", "0.5",
+       "--solve-seeds", "0", "--json", str(out_json)],
+      cwd=REPO, capture_output=True, text=True, timeout=400)
+  assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+  result = json.loads(out_json.read_text())
+  for variant in ("ray", "ray_1node", "ray_2nodes"):
+    assert result["medians"][variant]["env_steps_per_sec"] > 0, variant
+    assert result["medians"][variant]["opt_steps_per_sec"] > 0, variant
+  med = {v: result["medians"][v]["env_steps_per_sec"] for v in ("ray", "ray_1node", "ray_2nodes")}
+  assert result["ratios"]["ray_1node_over_ray"] == pytest.approx(med["ray_1node"] / med["ray"])
+  assert result["ratios"]["ray_2nodes_over_1node"] == pytest.approx(
+      med["ray_2nodes"] / med["ray_1node"])
+  assert "simulated Ray cluster (2 actor(s))" in out.stdout
+  deadline = time.monotonic() + 20
+  while _ray_processes() - before and time.monotonic() < deadline:
+    time.sleep(0.5)
+  assert not _ray_processes() - before
