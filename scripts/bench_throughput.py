@@ -35,12 +35,15 @@ Variants (--variants picks a subset):
            (f') the same Ray actors on a cluster simulated on this machine (ray.cluster_utils,
            started afresh for each measurement: not timed): a head node without CPUs, which
            the learner's process joins, and 1 or 2 worker nodes sharing --num-actors CPUs
-           (SPREAD puts the actors on different nodes). Each node has its own raylet and
-           object store, so params go out with one ray.put per publication and chunks come
-           back through the object store, as on a real cluster (the local instance jaxasync
-           starts passes both by value). Reported: ray_1node / ray (what the cluster's
-           transport costs) and ray_2nodes / ray_1node (what one more node adds; on a machine
-           whose cores the nodes share, its daemons' cost rather than cores).
+           (SPREAD puts the actors on different nodes; ray_2nodes needs --num-actors >= 2).
+           Each node has its own raylet and object store, so params go out with one ray.put
+           per publication, pulled once by each node, as on a real cluster; the local
+           instance jaxasync starts passes them by value. Chunks come back inside the calls'
+           replies either way, up to Ray's inline limit (100 KB on a cluster: a DQN CartPole
+           call's chunks are less; above it, through the object store). Reported: ray_1node /
+           ray (what running on a cluster costs) and ray_2nodes / ray_1node (what one more
+           node adds; on a machine whose cores the nodes share, its daemons' cost rather
+           than cores), and per figure the nodes the actors ran on.
 For (c)-(e'') the trainers are `jaxasync.Trainer(agent, env, run, actors, recorder,
 agent_factory=...)` (RunConfig, ActorsConfig; the agent's own data pipeline), with a recorder that
 timestamps every record (one per 100 opt steps) and snapshots the counters and stage timers.
@@ -503,6 +506,9 @@ def simulated_cluster(nodes: int, num_actors: int):
   again."""
   import ray
   from ray.cluster_utils import Cluster
+  if num_actors < nodes:
+    raise SystemExit(f"error: {nodes} worker nodes need --num-actors {nodes} or more (SPREAD "
+                     f"puts one actor per node; a node without one measures nothing).")
   if ray.is_initialized():
     ray.shutdown()
   # As jaxasync's local instance and the README's `ray start` lines: at Ray's nice 15 the
@@ -527,16 +533,30 @@ def simulated_cluster(nodes: int, num_actors: int):
       cluster.shutdown()
 
 
+def record_ray_actor_nodes(where: dict, loop) -> None:
+  """(f'), once: on how many nodes the Ray actors run, and how many on the learner's node
+  (the cluster's head, without CPUs: none)."""
+  if not where:
+    import ray
+    nodes = loop.feed.manager.node_ids()
+    here = ray.get_runtime_context().get_node_id()
+    where.update(actor_nodes=len(set(nodes)), actors_on_learner_node=nodes.count(here))
+
+
 def measure_async(args: Args, agent_factory, env: ja.EnvFactory, variant: str) -> dict:
   recorder = WindowRecorder(args.warmup, args.duration)
+  cluster = variant in RAY_CLUSTER_NODES
+  where: dict = {}
+  hooks = [ja.Hook(RECORD_INTERVAL, functools.partial(record_ray_actor_nodes, where))] if cluster else []
   # Process and Ray actors build their own agent with agent_factory.
   trainer = ja.Trainer(agent_factory(), env, run_config(args, duration=60 + args.duration),
-                       actors_config(args, variant), recorder, agent_factory=agent_factory)
+                       actors_config(args, variant), recorder, agent_factory=agent_factory,
+                       hooks=hooks)
   recorder.attach(trainer, trainer.stage_times)
-  with (simulated_cluster(RAY_CLUSTER_NODES[variant], args.num_actors)
-        if variant in RAY_CLUSTER_NODES else contextlib.nullcontext()):
+  with (simulated_cluster(RAY_CLUSTER_NODES[variant], args.num_actors) if cluster
+        else contextlib.nullcontext()):
     summary = trainer.train()  # (the feed unpins this thread at its close, whatever ended it)
-  return {**recorder.window(), **summary_figures(summary),
+  return {**recorder.window(), **summary_figures(summary), **where,
           "dropped_chunks": summary["dropped_chunks"], "placement": summary["placement"]}
 
 
@@ -669,7 +689,7 @@ def measure_variants(args: Args, agent_factory, agent, env: ja.EnvFactory) -> di
         figs, shown = measure_trainer_variant(args, agent_factory, env, variant)
       for name, fig in figs:
         runs.setdefault(name, []).append(fig)
-      print(f"  repeat {r + 1}/{args.repeats} {variant:8s} {shown}  ({time.perf_counter() - t0:.1f} s)",
+      print(f"  repeat {r + 1}/{args.repeats} {variant:10s} {shown}  ({time.perf_counter() - t0:.1f} s)",
             flush=True)
   return runs
 
@@ -712,7 +732,8 @@ def run_solves(args: Args, agent_factory, env: ja.EnvFactory, overlap: dict) -> 
   solves: dict[str, list[dict]] = {}
   if args.solve_seeds <= 0:
     return solves
-  measured = [v for v in ASYNC_VARIANTS if v in overlap]
+  # (the simulated cluster's variants are measured, not solved: a solve runs without one)
+  measured = [v for v in ASYNC_VARIANTS if v in overlap and v not in RAY_CLUSTER_NODES]
   best = max(measured, key=overlap.get) if measured else "process"
   for variant in ("sync", best):
     for seed in range(args.solve_seeds):
@@ -855,6 +876,8 @@ def result_record(args: Args, agent_config, machine: dict, start: float, runs: d
                  "run": dataclasses.asdict(run_config(args)),
                  "actors": {v: dataclasses.asdict(actors_config(args, v))
                             for v in ("sync", *ASYNC_VARIANTS)},
+                 "ray_cluster": {v: {"worker_nodes": n, "cpus_per_node": -(-args.num_actors // n)}
+                                 for v, n in RAY_CLUSTER_NODES.items()},
                  "record_interval": RECORD_INTERVAL,
                  "overlap_efficiency": "env_steps_per_sec / actor + opt_steps_per_sec / learner",
                  "trainer_rates": "from timestamped records in [first + warmup, first + warmup + duration]"},

@@ -541,13 +541,14 @@ def test_a_ray_actor_reports_its_env_failing_and_its_process_dying(ray_actor_env
 @pytest.mark.slow
 def test_throughput_harness_measures_ray_actors_on_a_simulated_cluster(tmp_path):
   """``scripts/bench_throughput.py``'s cluster variants: each starts a cluster (a head without
-  CPUs, one or two worker nodes), measures two Ray actors training through it, and shuts it
-  down; the two ratios are written, and no Ray daemon or actor process is left behind."""
+  CPUs, one or two worker nodes), measures two Ray actors training on its worker nodes (one
+  node, then one actor on each of two; none on the learner's), and shuts it down; the two
+  ratios are written, and no Ray daemon or actor process is left behind."""
   before = _ray_processes()
   out_json = tmp_path / "bench.json"
   out = subprocess.run(
       [sys.executable, "scripts/bench_throughput.py", "--variants", "ray", "ray_1node",
-       "ray_2nodes", "--num-actors", "2", "--repeats", "1", "--duration", "1", "--warmup", "0.5",
+       "ray_2nodes", "--num-actors", "2", "--repeats", "1", "--duration", "2", "--warmup", "0.5",
        "--solve-seeds", "0", "--json", str(out_json)],
       cwd=REPO, capture_output=True, text=True, timeout=400)
   assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -555,6 +556,9 @@ def test_throughput_harness_measures_ray_actors_on_a_simulated_cluster(tmp_path)
   for variant in ("ray", "ray_1node", "ray_2nodes"):
     assert result["medians"][variant]["env_steps_per_sec"] > 0, variant
     assert result["medians"][variant]["opt_steps_per_sec"] > 0, variant
+  for variant, nodes in (("ray_1node", 1), ("ray_2nodes", 2)):
+    assert result["medians"][variant]["actor_nodes"] == nodes, variant
+    assert result["medians"][variant]["actors_on_learner_node"] == 0, variant
   med = {v: result["medians"][v]["env_steps_per_sec"] for v in ("ray", "ray_1node", "ray_2nodes")}
   assert result["ratios"]["ray_1node_over_ray"] == pytest.approx(med["ray_1node"] / med["ray"])
   assert result["ratios"]["ray_2nodes_over_1node"] == pytest.approx(
