@@ -18,9 +18,10 @@ through the same ``ActorFeed``. What Ray changes is only how chunks and params t
   ``ChunkQueue`` fills, the receiver blocks, the actors' queues fill and they block:
   back-pressure, with at most about ``3 * chunks_ahead`` chunks per actor in transit.
 * **Params go out once per publish**, when newer than what an actor was sent, with its next
-  ``collect`` call. On a cluster: one ``ray.put`` of the host copy (``RayParamStore``), whose
-  reference rides along; Ray moves the object to each node once, and actors on one node read
-  the same shared-memory copy. On the local instance jaxasync starts: the host copy itself, by
+  ``collect`` call. On a cluster, params over ``INLINE_PARAMS_BYTES`` (100 KB): one
+  ``ray.put`` of the host copy (``RayParamStore``), whose reference rides along; Ray moves the
+  object to each node once, and actors on one node read the same shared-memory copy. Smaller
+  params, and any params on the local instance jaxasync starts: the host copy itself, by
   value (see the last point).
 * **Faults.** An actor whose env raised, whose process died or whose node was lost is replaced
   by a new Ray actor (wherever Ray finds a CPU) built with its restart count, so a fresh seed
@@ -41,8 +42,8 @@ through the same ``ActorFeed``. What Ray changes is only how chunks and params t
   the calls. The price is one copy of the params per actor instead of one per node (measured
   on 2 busy cores: 7 MB of params to 4 actors in 80-170 ms instead of 15-30 ms; 1 MB, 17-80
   ms against 11-30 ms); chunks of 400 KB come twice as fast, of 4 MB a quarter slower. A
-  learner that joined a cluster (``--ray-address``) keeps the ``ray.put`` and with it the
-  silent exit when its own node's raylet dies.
+  learner that joined a cluster (``--ray-address``) keeps the ``ray.put`` of params over
+  100 KB, and with it the silent exit when its own node's raylet dies.
 
 Ray is optional (``pip install 'jaxasync[ray]'``); it is imported when a Ray run starts.
 """
@@ -63,6 +64,7 @@ import traceback
 import warnings
 from typing import Any, Callable
 
+import jax
 import numpy as np
 
 from jaxasync.actor import ActorConfig, ActorShared
@@ -95,6 +97,11 @@ def import_ray():
 # store (set on the local instance jaxasync starts: the module's last point); under the gRPC
 # message limit (512 MiB), above anything a chunk or a network's params come to.
 INLINE_BYTES = 1 << 28
+# On a cluster, params up to this size go inside each call too: Ray inlines arguments this
+# small (its default max_direct_call_object_size), and a ray.put per publication, which each
+# node then pulls, cost more (measured on a simulated cluster: docs/bench_learning_results.md,
+# "Ray actors on a simulated cluster"). Larger params are put once per version.
+INLINE_PARAMS_BYTES = 100 * 1024
 
 
 def connect(address: str | None, num_actors: int) -> bool:
@@ -173,6 +180,7 @@ class RayParamStore:
   def __init__(self):
     self._info: ModelInfo | None = None
     self._ref, self._ref_version = None, -1
+    self._nbytes_of, self._nbytes_version = 0, -1
 
   @property
   def version(self) -> int:
@@ -186,15 +194,25 @@ class RayParamStore:
     return self._info
 
   def ref(self, by_value: bool = False):
-    """``(version, object ref of the params)`` of the latest publication, or with
-    ``by_value`` the params themselves (called by the manager's receiver thread while the
-    learner's publishes: ``_info`` is read once)."""
+    """``(version, params)`` of the latest publication: an object ref of them on a cluster
+    where they are larger than ``INLINE_PARAMS_BYTES``, the params themselves otherwise or
+    with ``by_value`` (called by the manager's receiver thread while the learner publishes:
+    ``_info`` is read once)."""
     info = self._info
-    if by_value:
-      return (-1, None) if info is None else (info.version, info.params)
-    if info is not None and self._ref_version != info.version:
+    if info is None:
+      return -1, None
+    if by_value or self._nbytes(info) <= INLINE_PARAMS_BYTES:
+      return info.version, info.params
+    if self._ref_version != info.version:
       self._ref, self._ref_version = import_ray().put(info.params), info.version
     return self._ref_version, self._ref
+
+  def _nbytes(self, info: ModelInfo) -> int:
+    """The bytes of ``info``'s params (counted once per version)."""
+    if self._nbytes_version != info.version:
+      self._nbytes_of = sum(np.asarray(leaf).nbytes for leaf in jax.tree.leaves(info.params))
+      self._nbytes_version = info.version
+    return self._nbytes_of
 
 
 def _run_child_actor(payload: bytes, actor_id: int, channel, store, stop, errors,

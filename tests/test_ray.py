@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import jax
+import numpy as np
 import pytest
 import ray
 from ray.cluster_utils import Cluster
@@ -568,3 +569,37 @@ def test_throughput_harness_measures_ray_actors_on_a_simulated_cluster(tmp_path)
   while _ray_processes() - before and time.monotonic() < deadline:
     time.sleep(0.5)
   assert not _ray_processes() - before
+
+
+class _PutCountingRay:
+  def __init__(self):
+    self.puts = []
+
+  def put(self, value):
+    self.puts.append(value)
+    return f"ref {len(self.puts)}"
+
+
+def test_params_go_by_value_below_the_inline_size_and_are_put_once_per_version_above(
+    monkeypatch):
+  """On a cluster (``ref()`` without ``by_value``): params up to ``INLINE_PARAMS_BYTES`` are
+  the call's argument itself (no ``ray.put``); larger ones are put once per published
+  version, and each call of that version carries the same reference. With ``by_value`` (the
+  local instance) even large params go by value."""
+  fake = _PutCountingRay()
+  monkeypatch.setattr(ray_actors, "import_ray", lambda: fake)
+  store = ray_actors.RayParamStore()
+  assert store.ref() == (-1, None)
+  small = {"w": np.zeros(ray_actors.INLINE_PARAMS_BYTES // 4, np.float32)}  # exactly the limit
+  store.publish(ja.ModelInfo(1, small))
+  version, params = store.ref()
+  assert version == 1 and params is small and fake.puts == []
+  large = {"w": np.zeros(ray_actors.INLINE_PARAMS_BYTES // 4, np.float32),
+           "b": np.zeros(1, np.float32)}  # 4 bytes over
+  store.publish(ja.ModelInfo(2, large))
+  assert store.ref() == (2, "ref 1") and store.ref() == (2, "ref 1")
+  assert len(fake.puts) == 1 and fake.puts[0] is large
+  version, params = store.ref(by_value=True)
+  assert version == 2 and params is large and len(fake.puts) == 1
+  store.publish(ja.ModelInfo(3, large))
+  assert store.ref() == (3, "ref 2") and len(fake.puts) == 2
