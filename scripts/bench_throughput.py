@@ -36,11 +36,11 @@ Variants (--variants picks a subset):
            started afresh for each measurement: not timed): a head node without CPUs, which
            the learner's process joins, and 1 or 2 worker nodes sharing --num-actors CPUs
            (SPREAD puts the actors on different nodes; ray_2nodes needs --num-actors >= 2).
-           Each node has its own raylet and object store, so params go out with one ray.put
-           per publication, pulled once by each node, as on a real cluster; the local
-           instance jaxasync starts passes them by value. Chunks come back inside the calls'
-           replies either way, up to Ray's inline limit (100 KB on a cluster: a DQN CartPole
-           call's chunks are less; above it, through the object store). Reported: ray_1node /
+           Each node has its own raylet and object store, so params go out as on a real
+           cluster: over 100 KB with one ray.put per publication, pulled once by each node;
+           smaller, inside the calls, as on the local instance jaxasync starts. Chunks come
+           back inside the calls' replies either way, up to Ray's inline limit (100 KB on a
+           cluster: a DQN CartPole call's chunks are less; above it, through the object store). Reported: ray_1node /
            ray (what running on a cluster costs) and ray_2nodes / ray_1node (what one more
            node adds; on a machine whose cores the nodes share, its daemons' cost rather
            than cores), and per figure the nodes the actors ran on.
