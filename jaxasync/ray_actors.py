@@ -180,7 +180,6 @@ class RayParamStore:
   def __init__(self):
     self._info: ModelInfo | None = None
     self._ref, self._ref_version = None, -1
-    self._nbytes_of, self._nbytes_version = 0, -1
 
   @property
   def version(self) -> int:
@@ -201,18 +200,16 @@ class RayParamStore:
     info = self._info
     if info is None:
       return -1, None
-    if by_value or self._nbytes(info) <= INLINE_PARAMS_BYTES:
+    if by_value or _nbytes(info.params) <= INLINE_PARAMS_BYTES:
       return info.version, info.params
     if self._ref_version != info.version:
       self._ref, self._ref_version = import_ray().put(info.params), info.version
     return self._ref_version, self._ref
 
-  def _nbytes(self, info: ModelInfo) -> int:
-    """The bytes of ``info``'s params (counted once per version)."""
-    if self._nbytes_version != info.version:
-      self._nbytes_of = sum(np.asarray(leaf).nbytes for leaf in jax.tree.leaves(info.params))
-      self._nbytes_version = info.version
-    return self._nbytes_of
+
+def _nbytes(params: Any) -> int:
+  """The bytes of a params pytree's leaves."""
+  return sum(np.asarray(leaf).nbytes for leaf in jax.tree.leaves(params))
 
 
 def _run_child_actor(payload: bytes, actor_id: int, channel, store, stop, errors,
