@@ -11,7 +11,11 @@ Variants (--variants picks a subset):
            a ThreadParamStore published once, a ChunkQueue drained (and discarded) by a
            consumer thread; env-steps/s from the actor's own counter sampled at two times.
            Also "bare": the same vector env + `agent.act` (DQN: jitted greedy + numpy epsilon)
-           in a plain loop, no collector, chunks or queue. Reported: actor / bare.
+           in a plain loop, no collector, chunks or queue. Reported: actor / bare. With
+           'sync' among the variants and --sync-num-envs != --envs-per-actor, also
+           "actor_sync" (a'): the actor with the lock-step actor's sub-envs, so that the sync
+           loop's ideal rate, 1 / (1/(a') + 1/(b)), is that of its own two parts (one act per
+           vector step: 4 sub-envs step at about half of 8's env steps/s).
   learner  (b) `jaxasync.Learner` on a pre-filled ReplayBuffer (sample + update calls of
            --updates-per-call steps), opt-steps/s. Also "pure": the jitted `DQN.update` alone
            on one device-resident batch reused (one call in flight, as the Learner does).
@@ -52,7 +56,7 @@ warm-up transitions and the update is compiled; rates are taken from the records
 first + --warmup and first + --warmup + --duration (the summary's own rates divide by a wall
 time that includes actor start-up, a spawned process needs 2-4 s to import jax; they are kept
 in the JSON as summary_*). Overlap efficiency = env-steps/s / (a) + opt-steps/s / (b): a
-sync loop is at most 1.0, two fully used cores 2.0. Env steps rather than inserted
+sync loop is at most 1.0, two fully used cores 2.0 (sync's also over (a'): 'sync_own_actor'). Env steps rather than inserted
 transitions, so that numerator and (a) count the same thing (the two differ by gymnasium's
 autoreset steps, one per episode). The table's time fractions are the learner thread's, over the
 same window, from the trainers' stage timers ("other" = the rest: loop, records, acting in sync).
@@ -172,23 +176,26 @@ class Args:
 
 
 # --- (a) actor alone ------------------------------------------------------------------------------
-def actor_config(args: Args, agent, mode: str) -> ja.ActorConfig:
-  """What ``Trainer`` gives one actor of ``mode`` (ActorsConfig's default chunks): chunk steps
-  and collector from the agent's data pipeline (transitions: n-step ``StepProcessor``;
-  unrolls: ``UnrollCollector``, one unroll per chunk)."""
-  actors = ja.ActorsConfig(mode=mode, num_envs=args.envs_per_actor)
+def actor_config(args: Args, agent, mode: str, num_envs: int | None = None) -> ja.ActorConfig:
+  """What ``Trainer`` gives one actor of ``mode`` with ``num_envs`` sub-envs (--envs-per-actor
+  by default; ActorsConfig's default chunks): chunk steps and collector from the agent's data
+  pipeline (transitions: n-step ``StepProcessor``; unrolls: ``UnrollCollector``, one unroll
+  per chunk)."""
+  actors = ja.ActorsConfig(mode=mode, num_envs=num_envs or args.envs_per_actor)
   return ja.ActorConfig(num_envs=actors.num_envs, chunk_steps=agent.data.chunk_steps(actors),
                         collector=agent.data.collector_factory(agent), seed=args.seed)
 
 
-def measure_actor(args: Args, agent_factory, env: ja.EnvFactory) -> dict:
-  """One jaxasync actor in a thread; its env-step counter sampled after warm-up and at the end."""
+def measure_actor(args: Args, agent_factory, env: ja.EnvFactory, num_envs: int | None = None
+                  ) -> dict:
+  """One jaxasync actor in a thread with ``num_envs`` sub-envs (--envs-per-actor by default);
+  its env-step counter sampled after warm-up and at the end."""
   agent = agent_factory()
   store = ja.ThreadParamStore()
   store.publish(ja.ModelInfo(0, jax.device_get(agent.init(jax.random.PRNGKey(args.seed)).params)))
   transport, stop, errors = ja.ChunkQueue(ja.ActorsConfig().queue_size), threading.Event(), queue.Queue()
   shared = ActorShared(np.zeros(1, np.int64), np.full(1, -1, np.int64))
-  config = actor_config(args, agent, "thread")
+  config = actor_config(args, agent, "thread", num_envs)
   actor = threading.Thread(target=run_actor, args=(0, agent_factory, env, config, transport, store,
                                                    stop, errors, shared), daemon=True)
 
@@ -633,12 +640,18 @@ def print_header(args: Args) -> None:
 # its progress line.
 def measure_actor_variant(args: Args, agent_factory, agent, env: ja.EnvFactory
                           ) -> tuple[list[tuple[str, dict]], str]:
-  """(a): the actor, then the bare loop."""
+  """(a): the actor, then the bare loop; with 'sync' measured on another env count, then
+  (a') the actor with the lock-step actor's --sync-num-envs ('actor_sync')."""
   actor = measure_actor(args, agent_factory, env)
   bare = measure_bare(args, agent, env)
+  figs = [("actor", actor), ("bare", bare)]
   shown = (f"actor {actor['env_steps_per_sec']:,.0f} bare {bare['env_steps_per_sec']:,.0f} "
            "env-steps/s")
-  return [("actor", actor), ("bare", bare)], shown
+  if "sync" in args.variants and args.sync_num_envs != args.envs_per_actor:
+    fig = measure_actor(args, agent_factory, env, args.sync_num_envs)
+    figs.append(("actor_sync", fig))
+    shown += f" | {args.sync_num_envs} envs {fig['env_steps_per_sec']:,.0f}"
+  return figs, shown
 
 
 def measure_learner_variant(args: Args, agent, replay: ja.ReplayBuffer
@@ -715,7 +728,10 @@ def rate_ratios(med: dict) -> dict:
 
 
 def overlap_efficiency(med: dict) -> dict:
-  """Per trainer: env-steps/s / (a) + opt-steps/s / (b) (needs both measured)."""
+  """Per trainer: env-steps/s / (a) + opt-steps/s / (b) (needs both measured). For sync,
+  whose actor steps --sync-num-envs sub-envs, also 'sync_own_actor': over (a'), the actor
+  alone with that many (the ideal rate of the sync loop's own two parts, 1 / (1/(a') +
+  1/(b)), reached at 1.0)."""
   actor_alone = median_rate(med, "actor", "env_steps_per_sec")
   learner_alone = median_rate(med, "learner", "opt_steps_per_sec")
   overlap = {}
@@ -723,6 +739,10 @@ def overlap_efficiency(med: dict) -> dict:
     if name in med and actor_alone and learner_alone:
       overlap[name] = (med[name]["env_steps_per_sec"] / actor_alone
                        + med[name]["opt_steps_per_sec"] / learner_alone)
+  own_actor = median_rate(med, "actor_sync", "env_steps_per_sec")
+  if "sync" in med and own_actor and learner_alone:
+    overlap["sync_own_actor"] = (med["sync"]["env_steps_per_sec"] / own_actor
+                                 + med["sync"]["opt_steps_per_sec"] / learner_alone)
   return overlap
 
 
@@ -770,13 +790,16 @@ def print_table(args: Args, med: dict, ratios: dict, overlap: dict) -> None:
   print(f"{'variant':10s} {'env-steps/s':>12s} {'opt-steps/s':>12s} {'ratio':>7s} {'overlap':>8s}  "
         "steady-state time fractions (learner thread)")
   fmt = lambda x: "-" if x is None else f"{x:,.0f}"
-  for name in ("actor", "bare", "learner", "pure", "sync", *ASYNC_VARIANTS):
+  for name in ("actor", "bare", "actor_sync", "learner", "pure", "sync", *ASYNC_VARIANTS):
     if name not in med:
       continue
     m, ratio = med[name], table_ratio(name, ratios)
     print(f"{name:10s} {fmt(m.get('env_steps_per_sec')):>12s} {fmt(m.get('opt_steps_per_sec')):>12s} "
           f"{'' if ratio is None else f'{ratio:.2f}':>7s} "
           f"{'' if name not in overlap else f'{overlap[name]:.2f}':>8s}  {stages_text(name, m)}")
+  if "sync_own_actor" in overlap:
+    print(f"sync against its own parts (actor_sync, learner): {overlap['sync_own_actor']:.2f} "
+          "of the ideal 1 / (1/actor_sync + 1/learner)")
 
 
 def ray_actor_ratios(med: dict) -> dict:

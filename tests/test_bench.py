@@ -25,8 +25,9 @@ def test_bench_throughput_writes_every_figure(tmp_path):
   result = json.loads(out.read_text())
 
   med = result["medians"]
-  assert set(med) == {"actor", "bare", "learner", "pure", "sync", "thread"}
-  for name in ("actor", "bare", "sync", "thread"):
+  # (actor_sync: the actor with the sync loop's 4 sub-envs, beside the 8 of --envs-per-actor)
+  assert set(med) == {"actor", "bare", "actor_sync", "learner", "pure", "sync", "thread"}
+  for name in ("actor", "bare", "actor_sync", "sync", "thread"):
     assert med[name]["env_steps_per_sec"] > 0, name
   for name in ("learner", "pure", "sync", "thread"):
     assert med[name]["opt_steps_per_sec"] > 0, name
@@ -39,8 +40,13 @@ def test_bench_throughput_writes_every_figure(tmp_path):
 
   for key in ("actor_over_bare", "learner_over_pure"):
     assert math.isfinite(result["ratios"][key]) and result["ratios"][key] > 0
-  assert set(result["overlap_efficiency"]) == {"sync", "thread"}
-  assert all(v > 0 for v in result["overlap_efficiency"].values())
+  overlap = result["overlap_efficiency"]
+  assert set(overlap) == {"sync", "sync_own_actor", "thread"}
+  assert all(v > 0 for v in overlap.values())
+  sync, learner = med["sync"], med["learner"]["opt_steps_per_sec"]
+  assert overlap["sync_own_actor"] == pytest.approx(
+      sync["env_steps_per_sec"] / med["actor_sync"]["env_steps_per_sec"]
+      + sync["opt_steps_per_sec"] / learner)
 
   assert all(len(runs) == 1 for runs in result["repeats"].values())
   assert result["config"]["args"]["duration"] == 1
