@@ -55,7 +55,6 @@ import multiprocessing as mp
 import multiprocessing.connection
 import os
 import pickle
-import queue
 import re
 import subprocess
 import threading
@@ -212,6 +211,32 @@ def _nbytes(params: Any) -> int:
   return sum(np.asarray(leaf).nbytes for leaf in jax.tree.leaves(params))
 
 
+class ErrorPipe:
+  """A child actor's failure report to its Ray actor (``put``, as ``run_actor`` reports),
+  through a pipe. Not a ``multiprocessing.Queue``: its three named semaphores are unlinked by
+  finalizers, which a Ray actor ended by ``ray.kill`` never runs (Ray kills its resource
+  tracker too), so each Ray actor left them in /dev/shm, and a tracker relaunched at the end
+  printed a ``KeyError`` per name."""
+
+  def __init__(self, ctx):
+    self._reader, self._writer = ctx.Pipe(duplex=False)
+
+  def put(self, item) -> None:
+    self._writer.send(item)
+
+  def child_started(self) -> None:
+    """Closes this side's copy of the writing end: the child's death then reads as the end
+    of the pipe, and a report it was killed writing as no report (not a wait)."""
+    self._writer.close()
+
+  def report(self, timeout: float = 0.0):
+    """The child's report, if one came within ``timeout``; ``None`` otherwise."""
+    try:
+      return self._reader.recv() if self._reader.poll(timeout) else None
+    except (EOFError, OSError, pickle.UnpicklingError):  # (its end closed, or cut short)
+      return None
+
+
 def _run_child_actor(payload: bytes, actor_id: int, channel, store, stop, errors,
                      shared: ActorShared) -> None:
   """A Ray actor's child process: ``run_actor_process`` on the factories and config that
@@ -260,7 +285,7 @@ class RayActorWorker:
     # Chunks stay as the child pickled them: the learner's receiver unpickles them, so this
     # process does not unpickle each chunk and Ray pickle it again (its CPU is the actor's).
     self.chunks = ChunkQueue(max_chunks, process=True, ctx=self._ctx, decode=False)
-    self.stop, self.errors = StopFlag(self._ctx), self._ctx.Queue()
+    self.stop, self.errors = StopFlag(self._ctx), ErrorPipe(self._ctx)
     self.shared = ActorShared.in_shared_memory(self._ctx, actor_id + 1)  # (indexed by id)
     self.shared.env_steps[actor_id] = env_steps
     self.shared.adopted_version[actor_id] = -1
@@ -277,6 +302,7 @@ class RayActorWorker:
               self.shared))
     self.process.start()
     channel.close()  # the child has its copy; its death must read as end-of-file
+    self.errors.child_started()
 
   def _child_exited(self, timeout: float = 0.0) -> bool:
     """Whether the child exited (waiting up to ``timeout``). Its sentinel, not is_alive:
@@ -286,17 +312,18 @@ class RayActorWorker:
   def _raise_if_failed(self) -> None:
     """Raises ``RuntimeError`` with the child's traceback if it failed (its env raised), or
     with its exit code if it died without one (killed)."""
-    if not self.errors.empty():
-      raise RuntimeError(self.errors.get()[1])
+    report = self.errors.report()
+    if report is not None:
+      raise RuntimeError(report[1])
     if self._child_exited():
       self.process.join(1.0)
-      try:  # (a traceback sent just before the exit may still be on its way)
-        raise RuntimeError(self.errors.get(timeout=0.5)[1])
-      except queue.Empty:
-        code = self.process.exitcode
-        raise RuntimeError(f"Ray actor {self.actor_id}'s actor process exited "
-                           + ("" if code is None else f"with code {code} ")
-                           + "without a traceback") from None
+      report = self.errors.report(0.5)  # (a traceback sent just before the exit)
+      if report is not None:
+        raise RuntimeError(report[1])
+      code = self.process.exitcode
+      raise RuntimeError(f"Ray actor {self.actor_id}'s actor process exited "
+                         + ("" if code is None else f"with code {code} ")
+                         + "without a traceback")
 
   def collect(self, version: int, params: Any) -> list[bytes]:
     """Adopts ``params`` (``None``: nothing newer than it was sent) and returns the chunks

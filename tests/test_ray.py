@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import functools
 import json
+import multiprocessing
 import os
 import pickle
 import re
 import signal
+import struct
 import subprocess
 import sys
 import threading
@@ -476,6 +478,39 @@ def test_a_ray_actor_steps_in_a_child_process_and_returns_its_chunks_in_order(ra
   assert not worker.process.is_alive() and worker.process.exitcode == 0
   with pytest.raises(RuntimeError, match="before it was sent params"):
     _worker(CARTPOLE).collect(-1, None)  # (no child is started)
+
+
+def _named_semaphores() -> set[str]:
+  return {name for name in os.listdir("/dev/shm") if name.startswith("sem.mp-")}
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="POSIX named semaphores in /dev/shm")
+def test_a_ray_actor_makes_no_named_semaphore(ray_actor_environ):
+  """A Ray actor's body and its child make no named semaphore: ``ray.kill`` ends the Ray
+  actor's process without its finalizers, and Ray kills its resource tracker with it, so
+  any (an errors ``multiprocessing.Queue`` made three) outlived every run in /dev/shm."""
+  before = _named_semaphores()
+  worker = _worker(CARTPOLE)
+  try:
+    _collect_some(worker, 0, _params())
+    assert _named_semaphores() - before == set()
+  finally:
+    worker.close()
+
+
+def test_the_error_pipe_reads_a_report_whole_and_a_cut_one_as_none():
+  """A child's report is read whole; one cut short (a child killed while writing it, its end
+  then closed) reads as no report, at once, not as a wait for the rest."""
+  pipe = ray_actors.ErrorPipe(multiprocessing.get_context("spawn"))
+  assert pipe.report() is None
+  pipe.put((2, "Traceback: boom"))
+  assert pipe.report() == (2, "Traceback: boom")
+  writer = pipe._writer
+  os.write(writer.fileno(), struct.pack("!i", 100) + b"abc")  # (a header for 100 bytes, 3 sent)
+  pipe.child_started()  # (the only writer left was the child's: it is gone)
+  started = time.monotonic()
+  assert pipe.report(5.0) is None
+  assert time.monotonic() - started < 1.0
 
 
 def _collect_some(worker, version, params, timeout: float = 120.0) -> list:
