@@ -27,7 +27,8 @@ def run_actor_process_and_freeze(*args) -> None:
   garbage collections over its objects. An actor holds some 300k (JAX's traces and caches);
   scanning them made a Rainbow MinAtar actor take 1.1-2.9 s to exit after its last chunk,
   which the learner waits out on every stop. Its env is closed and its pipe released by
-  then, and its exit handlers (multiprocessing's flush of the error queue) still run."""
+  then, and its exit handlers (multiprocessing's flush of a process actor's error queue)
+  still run."""
   run_actor_process(*args)
   gc.freeze()
 

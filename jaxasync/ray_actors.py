@@ -218,19 +218,29 @@ class ErrorPipe:
   tracker too), so each Ray actor left them in /dev/shm, and a tracker relaunched at the end
   printed a ``KeyError`` per name."""
 
+  # A report's traceback, its last characters: a send that fits the pipe's buffer (64 KiB on
+  # Linux) never blocks the child, read or not (a queue's feeder thread did not either).
+  MAX_TRACEBACK_CHARS = 32_000
+
   def __init__(self, ctx):
     self._reader, self._writer = ctx.Pipe(duplex=False)
 
-  def put(self, item) -> None:
-    self._writer.send(item)
+  def __getstate__(self) -> dict:
+    return {"_reader": None, "_writer": self._writer}  # (the child only writes)
+
+  def put(self, item: tuple[int, str]) -> None:
+    actor_id, text = item
+    self._writer.send((actor_id, text[-self.MAX_TRACEBACK_CHARS:]))
 
   def child_started(self) -> None:
     """Closes this side's copy of the writing end: the child's death then reads as the end
-    of the pipe, and a report it was killed writing as no report (not a wait)."""
+    of the pipe, and a report it was killed writing as no report (not a wait; unless a
+    process the child forked, an env's worker, still holds a copy until it exits)."""
     self._writer.close()
 
-  def report(self, timeout: float = 0.0):
-    """The child's report, if one came within ``timeout``; ``None`` otherwise."""
+  def report(self, timeout: float = 0.0) -> tuple[int, str] | None:
+    """The child's report ``(actor_id, traceback)`` if one came within ``timeout``; ``None``
+    if none did, or only part of one before the child's end closed."""
     try:
       return self._reader.recv() if self._reader.poll(timeout) else None
     except (EOFError, OSError, pickle.UnpicklingError):  # (its end closed, or cut short)
@@ -301,8 +311,10 @@ class RayActorWorker:
         args=(self._payload, self.actor_id, channel, self.store, self.stop, self.errors,
               self.shared))
     self.process.start()
-    channel.close()  # the child has its copy; its death must read as end-of-file
-    self.errors.child_started()
+    try:
+      channel.close()  # the child has its copy; its death must read as end-of-file
+    finally:
+      self.errors.child_started()  # (the same for its reports)
 
   def _child_exited(self, timeout: float = 0.0) -> bool:
     """Whether the child exited (waiting up to ``timeout``). Its sentinel, not is_alive:

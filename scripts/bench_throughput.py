@@ -13,9 +13,9 @@ Variants (--variants picks a subset):
            Also "bare": the same vector env + `agent.act` (DQN: jitted greedy + numpy epsilon)
            in a plain loop, no collector, chunks or queue. Reported: actor / bare. With
            'sync' among the variants and --sync-num-envs != --envs-per-actor, also
-           "actor_sync" (a'): the actor with the lock-step actor's sub-envs, so that the sync
-           loop's ideal rate, 1 / (1/(a') + 1/(b)), is that of its own two parts (one act per
-           vector step: 4 sub-envs step at about half of 8's env steps/s).
+           "actor_sync" (a'): the same actor with the lock-step actor's sub-envs, so that the
+           sync loop's ideal rate, 1 / (1/(a') + 1/(b)), is taken at the env count it steps
+           (one act per vector step: 4 sub-envs step at about half of 8's env steps/s).
   learner  (b) `jaxasync.Learner` on a pre-filled ReplayBuffer (sample + update calls of
            --updates-per-call steps), opt-steps/s. Also "pure": the jitted `DQN.update` alone
            on one device-resident batch reused (one call in flight, as the Learner does).
@@ -56,7 +56,8 @@ warm-up transitions and the update is compiled; rates are taken from the records
 first + --warmup and first + --warmup + --duration (the summary's own rates divide by a wall
 time that includes actor start-up, a spawned process needs 2-4 s to import jax; they are kept
 in the JSON as summary_*). Overlap efficiency = env-steps/s / (a) + opt-steps/s / (b): a
-sync loop is at most 1.0, two fully used cores 2.0 (sync's also over (a'): 'sync_own_actor'). Env steps rather than inserted
+sync loop is at most 1.0, two fully used cores 2.0 (sync's also over (a'):
+'sync_own_actor'). Env steps rather than inserted
 transitions, so that numerator and (a) count the same thing (the two differ by gymnasium's
 autoreset steps, one per episode). The table's time fractions are the learner thread's, over the
 same window, from the trainers' stage timers ("other" = the rest: loop, records, acting in sync).
@@ -181,7 +182,8 @@ def actor_config(args: Args, agent, mode: str, num_envs: int | None = None) -> j
   by default; ActorsConfig's default chunks): chunk steps and collector from the agent's data
   pipeline (transitions: n-step ``StepProcessor``; unrolls: ``UnrollCollector``, one unroll
   per chunk)."""
-  actors = ja.ActorsConfig(mode=mode, num_envs=num_envs or args.envs_per_actor)
+  actors = ja.ActorsConfig(mode=mode,
+                           num_envs=args.envs_per_actor if num_envs is None else num_envs)
   return ja.ActorConfig(num_envs=actors.num_envs, chunk_steps=agent.data.chunk_steps(actors),
                         collector=agent.data.collector_factory(agent), seed=args.seed)
 
@@ -219,7 +221,8 @@ def measure_actor(args: Args, agent_factory, env: ja.EnvFactory, num_envs: int |
     consumer.join(10)
   if not errors.empty():
     raise RuntimeError(f"actor failed:\n{errors.get()[1]}")
-  return {"env_steps_per_sec": (s1 - s0) / (t1 - t0), "window_s": t1 - t0}
+  return {"env_steps_per_sec": (s1 - s0) / (t1 - t0), "window_s": t1 - t0,
+          "num_envs": config.num_envs}
 
 
 def measure_bare(args: Args, agent, env: ja.EnvFactory) -> dict:
@@ -730,8 +733,7 @@ def rate_ratios(med: dict) -> dict:
 def overlap_efficiency(med: dict) -> dict:
   """Per trainer: env-steps/s / (a) + opt-steps/s / (b) (needs both measured). For sync,
   whose actor steps --sync-num-envs sub-envs, also 'sync_own_actor': over (a'), the actor
-  alone with that many (the ideal rate of the sync loop's own two parts, 1 / (1/(a') +
-  1/(b)), reached at 1.0)."""
+  alone with that many (the sync loop at the ideal rate 1 / (1/(a') + 1/(b)) makes 1.0)."""
   actor_alone = median_rate(med, "actor", "env_steps_per_sec")
   learner_alone = median_rate(med, "learner", "opt_steps_per_sec")
   overlap = {}
@@ -798,8 +800,8 @@ def print_table(args: Args, med: dict, ratios: dict, overlap: dict) -> None:
           f"{'' if ratio is None else f'{ratio:.2f}':>7s} "
           f"{'' if name not in overlap else f'{overlap[name]:.2f}':>8s}  {stages_text(name, m)}")
   if "sync_own_actor" in overlap:
-    print(f"sync against its own parts (actor_sync, learner): {overlap['sync_own_actor']:.2f} "
-          "of the ideal 1 / (1/actor_sync + 1/learner)")
+    print(f"sync against the actor at its env count (actor_sync) and the learner: "
+          f"{overlap['sync_own_actor']:.2f} of the ideal 1 / (1/actor_sync + 1/learner)")
 
 
 def ray_actor_ratios(med: dict) -> dict:

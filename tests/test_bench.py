@@ -27,6 +27,7 @@ def test_bench_throughput_writes_every_figure(tmp_path):
   med = result["medians"]
   # (actor_sync: the actor with the sync loop's 4 sub-envs, beside the 8 of --envs-per-actor)
   assert set(med) == {"actor", "bare", "actor_sync", "learner", "pure", "sync", "thread"}
+  assert med["actor"]["num_envs"] == 8 and med["actor_sync"]["num_envs"] == 4
   for name in ("actor", "bare", "actor_sync", "sync", "thread"):
     assert med[name]["env_steps_per_sec"] > 0, name
   for name in ("learner", "pure", "sync", "thread"):
