@@ -4,7 +4,7 @@ one-axis Box of actions.
   python experiments/sac.py                          # Pendulum-v1, the default arrangement
   python experiments/sac.py --mode sync --seed 3
   python experiments/sac.py --env-id MountainCarContinuous-v0 --max-env-steps 50000
-  python experiments/sac.py --preset mujoco --env-id Hopper-v5   # CleanRL's MuJoCo settings
+  python experiments/sac.py --preset mujoco --env-id Hopper-v5   # Tianshou's MuJoCo settings
   python experiments/sac.py --help                   # every flag
 
 The tuned defaults, the reasons for them and the flags are in jaxasync/train/sac.py, which

@@ -317,8 +317,10 @@ def test_cli_presets():
   assert (pendulum.env_id, pendulum.run.seed, pendulum.agent.batch_size) == ("Pendulum-v1", 3, 128)
   mujoco = parse(["--preset", "mujoco", "--env-id", "Hopper-v5", "--agent.batch-size", "128"])
   assert mujoco.env_id == "Hopper-v5" and mujoco.agent.batch_size == 128  # a flag after the preset wins
-  assert (mujoco.agent.actor_learning_rate, mujoco.agent.critic_learning_rate) == (3e-4, 1e-3)
-  assert (mujoco.agent.data.warmup_period, mujoco.agent.data.replay_capacity) == (5_000, 1_000_000)
+  # Tianshou's mujoco_sac.py: Adam 1e-3 for both, a fixed alpha of 0.2, 10k random steps
+  assert (mujoco.agent.actor_learning_rate, mujoco.agent.critic_learning_rate) == (1e-3, 1e-3)
+  assert not mujoco.agent.autotune_temperature and mujoco.agent.init_temperature == 0.2
+  assert (mujoco.agent.data.warmup_period, mujoco.agent.data.replay_capacity) == (10_000, 1_000_000)
   assert mujoco.agent.policy_delay == 1 and mujoco.agent.hidden_sizes == (256, 256)
   assert mujoco.run.max_env_steps == 1_000_000 and mujoco.run.eval_interval == 10_000
 
