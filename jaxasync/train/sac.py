@@ -68,8 +68,9 @@ def mujoco_preset() -> Args:
   """
   # CleanRL's settings (policy 3e-4, alpha tuned towards -|A| from 1, 5k random steps), the
   # preset until 2026-11-29, ended HalfCheetah seeds 0-2 at 300k at 7,380 / 7,966 / 6,775;
-  # with these, seed 0 ended at 9,577 (docs/bench_learning_results.md, "SAC on HalfCheetah
-  # with Tianshou's settings"). Tianshou's log-std bounds are (-20, 2); SACConfig's (-5, 2).
+  # with these, seeds 0 and 1 ended at 9,577 and 9,791 (docs/bench_learning_results.md, "SAC
+  # on HalfCheetah with Tianshou's settings"). Tianshou's log-std bounds are (-20, 2);
+  # SACConfig's (-5, 2).
   data, run = experiment.mujoco_off_policy(warmup_period=10_000)
   agent = ja.SACConfig(actor_learning_rate=1e-3, critic_learning_rate=1e-3,
                        autotune_temperature=False, init_temperature=0.2, policy_delay=1,
