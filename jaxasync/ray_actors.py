@@ -325,17 +325,16 @@ class RayActorWorker:
     """Raises ``RuntimeError`` with the child's traceback if it failed (its env raised), or
     with its exit code if it died without one (killed)."""
     report = self.errors.report()
-    if report is not None:
-      raise RuntimeError(report[1])
-    if self._child_exited():
+    if report is None and self._child_exited():
       self.process.join(1.0)
       report = self.errors.report(0.5)  # (a traceback sent just before the exit)
-      if report is not None:
-        raise RuntimeError(report[1])
-      code = self.process.exitcode
-      raise RuntimeError(f"Ray actor {self.actor_id}'s actor process exited "
-                         + ("" if code is None else f"with code {code} ")
-                         + "without a traceback")
+      if report is None:
+        code = self.process.exitcode
+        raise RuntimeError(f"Ray actor {self.actor_id}'s actor process exited "
+                           + ("" if code is None else f"with code {code} ")
+                           + "without a traceback")
+    if report is not None:
+      raise RuntimeError(report[1])
 
   def collect(self, version: int, params: Any) -> list[bytes]:
     """Adopts ``params`` (``None``: nothing newer than it was sent) and returns the chunks
