@@ -731,4 +731,4 @@ class LearnerLoop:
         "stage_seconds": self.stage_times(),
         "stage_fractions": {k: v / wall for k, v in self.stage_times().items()},
         **dict(zip(("bottleneck", "actors_blocked_fraction"), self.bottleneck())),
-        **self.feed.summary(), **self.source.metrics()})
+        **self.feed.summary(), **self.source.summary()})

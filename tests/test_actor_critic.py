@@ -318,6 +318,15 @@ def test_lockstep_runs_are_bit_identical(tmp_path):
   assert summaries[0]["policy_lag_max"] == 0
 
 
+def test_the_summary_reports_the_runs_policy_lag_when_a_record_just_took_its_window(tmp_path):
+  """A record after every SGD step (the last one just before the summary) restarts the
+  source's lag window; the summary's lag is still the whole run's (lock-step: 0)."""
+  summary = _sync_ppo_run(tmp_path / "run", "--max-env-steps", "2560", "--eval-interval", "0",
+                          "--record-interval", "1")
+  assert summary["opt_steps"] == 10
+  assert summary["policy_lag_min"] == summary["policy_lag_max"] == 0
+
+
 @pytest.mark.slow
 def test_ppo_learns_cartpole_in_sync(tmp_path):
   summary = _sync_ppo_run(tmp_path / "run", "--max-env-steps", "60000")

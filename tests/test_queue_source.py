@@ -153,3 +153,19 @@ def test_bad_arguments_raise():
   with pytest.raises(ValueError, match="batch_axis 1"):
     q.add({"x": np.zeros((2, 3)), "scalar": np.zeros(2)}, version=0)
   assert len(q) == 0
+
+
+def test_the_summary_keeps_the_whole_runs_lag_after_metrics_took_its_window():
+  """The run's summary is written after its last record: the lag it reports is every sampled
+  item's, whether or not a ``metrics`` call just restarted the record's window."""
+  q = QueueSource(capacity=6, items_per_batch=1, updates_per_call=3)
+  assert q.summary() == {"dropped_stale": 0.0}  # nothing sampled yet: no lag keys
+  for i, version in enumerate([2, 4, 9, 10, 10, 10]):
+    q.add(_item(i), version)
+  q.sample(opt_steps=10)  # lags 8, 6, 1
+  q.metrics()  # (a record takes the window)
+  q.sample(opt_steps=13)  # lags 3, 3, 3
+  q.metrics()
+  assert q.summary() == {"dropped_stale": 0.0, "policy_lag_min": 1.0,
+                         "policy_lag_mean": 24 / 6, "policy_lag_max": 8.0}
+  assert q.summary() == q.summary()  # (reading it changes nothing)

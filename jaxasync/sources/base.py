@@ -73,7 +73,11 @@ class DataSource(Protocol):
     """What the agent's update returned for that call (new priorities), with ``Sample.info``."""
 
   def metrics(self) -> dict[str, float]:
-    """Figures to record."""
+    """Figures to record (it may keep a window that each call restarts)."""
+
+  def summary(self) -> dict[str, float]:
+    """Figures for the run's ``summary.json``, over the whole run: no window, and calling it
+    changes nothing."""
 
   def rng_states(self) -> dict:
     """Generator states for checkpoint metadata."""

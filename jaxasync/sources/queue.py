@@ -55,6 +55,7 @@ class QueueSource:
     self._items: collections.deque[tuple[Any, int]] = collections.deque()
     self._dropped_stale = 0
     self._lags: list[int] = []  # lags of the items sampled since the last metrics()
+    self._run_lags = [np.inf, -np.inf, 0, 0]  # the run's min, max, sum, count (summary())
 
   def __len__(self) -> int:
     return len(self._items)
@@ -134,7 +135,10 @@ class QueueSource:
           f"items and holds {len(self._items)}: check can_sample() first.")
     m, k = self.items_per_batch, self.updates_per_call
     popped = [self._items.popleft() for _ in range(m * k)]
-    self._lags.extend(opt_steps - v for _, v in popped)
+    lags = [opt_steps - v for _, v in popped]
+    self._lags.extend(lags)
+    low, high, total, count = self._run_lags
+    self._run_lags = [min(low, *lags), max(high, *lags), total + sum(lags), count + len(lags)]
 
     def batch(*leaves):
       return np.stack([np.concatenate(leaves[i * m:(i + 1) * m], axis=self.batch_axis)
@@ -167,4 +171,15 @@ class QueueSource:
       out.update(policy_lag_min=float(lags.min()), policy_lag_mean=float(lags.mean()),
                  policy_lag_max=float(lags.max()))
     self._lags = []
+    return out
+
+  def summary(self) -> dict[str, float]:
+    """``dropped_stale`` and the lag of every item sampled in the run (``policy_lag_min`` /
+    ``_mean`` / ``_max``; left out when nothing was sampled). Unlike ``metrics`` it keeps no
+    window: the run's last record may have just taken it."""
+    out = {"dropped_stale": float(self._dropped_stale)}
+    low, high, total, count = self._run_lags
+    if count:
+      out.update(policy_lag_min=float(low), policy_lag_mean=total / count,
+                 policy_lag_max=float(high))
     return out

@@ -325,6 +325,10 @@ class ReplaySource:
         out[key] = float(value)
     return out
 
+  def summary(self) -> dict[str, float]:
+    """The ``metrics`` (they keep no window: each is over the whole filled replay)."""
+    return self.metrics()
+
   # --- resume ------------------------------------------------------------------------------
   @property
   def nbytes(self) -> int:
