@@ -174,9 +174,10 @@ class QueueSource:
     return out
 
   def summary(self) -> dict[str, float]:
-    """``dropped_stale`` and the lag of every item sampled in the run (``policy_lag_min`` /
-    ``_mean`` / ``_max``; left out when nothing was sampled). Unlike ``metrics`` it keeps no
-    window: the run's last record may have just taken it."""
+    """``dropped_stale`` and the lag of every item sampled in this attempt of the run
+    (``policy_lag_min`` / ``_mean`` / ``_max``; left out when nothing was sampled; a resumed
+    run starts them afresh, as its queue). Unlike ``metrics`` it keeps no window: the run's
+    last record may have just taken it."""
     out = {"dropped_stale": float(self._dropped_stale)}
     low, high, total, count = self._run_lags
     if count:
