@@ -2,6 +2,8 @@
 
 import importlib.util
 import multiprocessing as mp
+import os
+import signal
 import sys
 import threading
 import time
@@ -57,3 +59,46 @@ def assert_no_strays(before: set) -> None:
       return
     time.sleep(0.05)
   raise AssertionError(f"stray threads {extra} or processes {mp.active_children()}")
+
+
+def _group_semaphore_inodes(pgid: int) -> set[int]:
+  """The inodes of the named semaphores the processes of group ``pgid`` have mapped
+  (``sem_open`` maps each one; /proc/<pid>/maps names it by the temporary file glibc made it
+  in, so the inode, not the name, identifies it)."""
+  inodes = set()
+  for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+      with open(f"/proc/{pid}/stat") as f:
+        if int(f.read().rsplit(")", 1)[1].split()[2]) != pgid:  # (field 5: the group)
+          continue
+      with open(f"/proc/{pid}/maps") as f:
+        inodes |= {int(line.split()[4]) for line in f if "/dev/shm/sem." in line}
+    except (OSError, ValueError, IndexError):  # (gone meanwhile)
+      continue
+  return inodes
+
+
+def _shm_semaphores_by_inode() -> dict[int, str]:
+  out = {}
+  for name in os.listdir("/dev/shm"):
+    try:
+      if name.startswith("sem."):
+        out[os.stat(os.path.join("/dev/shm", name)).st_ino] = name
+    except OSError:  # (unlinked meanwhile)
+      continue
+  return out
+
+
+def kill_group(pgid: int) -> int:
+  """SIGKILL to process group ``pgid`` (a crash), then unlinks the named semaphores its
+  processes held, which a killed group leaves in /dev/shm for good: only finalizers, or the
+  group's own resource tracker (killed with it), unlink them. Returns how many it unlinked;
+  raises ``AssertionError`` if one is still there."""
+  inodes = _group_semaphore_inodes(pgid) if os.path.isdir("/proc/self") else set()
+  os.killpg(pgid, signal.SIGKILL)
+  held = {i: n for i, n in _shm_semaphores_by_inode().items() if i in inodes}
+  for name in held.values():
+    os.unlink(os.path.join("/dev/shm", name))
+  left = [n for i, n in _shm_semaphores_by_inode().items() if i in inodes]
+  assert not left, f"the killed group's semaphores {left} are still in /dev/shm"
+  return len(held)

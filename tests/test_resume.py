@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ import pytest
 import jaxasync as ja
 from jaxasync.checkpoint import read_tree_dir, resumable_checkpoints, write_tree_dir
 from jaxasync.replay.frames import FrameReplayBuffer, PrioritizedFrameReplayBuffer
+from helpers import kill_group
 from test_frame_replay import make_env, run_stream
 
 REPO = Path(__file__).resolve().parents[1]
@@ -192,7 +192,7 @@ def test_async_run_killed_three_times_resumes_and_solves(tmp_path):
       assert proc.poll() is None, proc.stderr.read()[-2000:]
       time.sleep(0.2)
     time.sleep(rng.uniform(0.5, 3.0))
-    os.killpg(proc.pid, signal.SIGKILL)
+    kill_group(proc.pid)
     proc.wait(30)
     last_steps = max(int(p.name) for p in resumable_checkpoints(logdir) if p.name.isdigit())
   # What the newest checkpoint holds is what the resumed run must keep. (An evaluation runs

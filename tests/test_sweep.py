@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import load_script
+from helpers import kill_group, load_script
 
 optuna = pytest.importorskip("optuna")
 
@@ -270,7 +270,7 @@ def kill_sweep(proc: subprocess.Popen, run_pid: int | None) -> None:
   proc.wait(10)
   if run_pid is not None:
     try:
-      os.killpg(run_pid, signal.SIGKILL)
+      kill_group(run_pid)
     except ProcessLookupError:
       pass
 
