@@ -61,44 +61,46 @@ def assert_no_strays(before: set) -> None:
   raise AssertionError(f"stray threads {extra} or processes {mp.active_children()}")
 
 
-def _group_semaphore_inodes(pgid: int) -> set[int]:
-  """The inodes of the named semaphores the processes of group ``pgid`` have mapped
-  (``sem_open`` maps each one; /proc/<pid>/maps names it by the temporary file glibc made it
-  in, so the inode, not the name, identifies it)."""
+def mapped_semaphores(pid: int) -> set[int]:
+  """The named semaphores process ``pid`` has open, by inode: ``sem_open`` maps each one, and
+  /proc/<pid>/maps names it by the temporary file glibc made it in (shown as deleted), so the
+  inode, not the name, identifies it."""
+  with open(f"/proc/{pid}/maps") as f:
+    return {int(line.split()[4]) for line in f if "/dev/shm/sem." in line}
+
+
+def _group_semaphores(pgid: int) -> set[int]:
+  """``mapped_semaphores`` of every process of group ``pgid``."""
   inodes = set()
   for pid in filter(str.isdigit, os.listdir("/proc")):
     try:
       with open(f"/proc/{pid}/stat") as f:
         if int(f.read().rsplit(")", 1)[1].split()[2]) != pgid:  # (field 5: the group)
           continue
-      with open(f"/proc/{pid}/maps") as f:
-        inodes |= {int(line.split()[4]) for line in f if "/dev/shm/sem." in line}
+      inodes |= mapped_semaphores(int(pid))
     except (OSError, ValueError, IndexError):  # (gone meanwhile)
       continue
   return inodes
 
 
-def _shm_semaphores_by_inode() -> dict[int, str]:
-  out = {}
-  for name in os.listdir("/dev/shm"):
-    try:
-      if name.startswith("sem."):
-        out[os.stat(os.path.join("/dev/shm", name)).st_ino] = name
-    except OSError:  # (unlinked meanwhile)
-      continue
-  return out
-
-
 def kill_group(pgid: int) -> int:
   """SIGKILL to process group ``pgid`` (a crash), then unlinks the named semaphores its
   processes held, which a killed group leaves in /dev/shm for good: only finalizers, or the
-  group's own resource tracker (killed with it), unlink them. Returns how many it unlinked;
-  raises ``AssertionError`` if one is still there."""
-  inodes = _group_semaphore_inodes(pgid) if os.path.isdir("/proc/self") else set()
+  group's own resource tracker (killed with it), unlink them. The group is stopped while they
+  are listed, so none is made unseen. Returns how many it unlinked (0 without Linux's /proc)."""
+  if not os.path.isdir("/proc/self"):
+    os.killpg(pgid, signal.SIGKILL)
+    return 0
+  os.killpg(pgid, signal.SIGSTOP)
+  inodes = _group_semaphores(pgid)
   os.killpg(pgid, signal.SIGKILL)
-  held = {i: n for i, n in _shm_semaphores_by_inode().items() if i in inodes}
-  for name in held.values():
-    os.unlink(os.path.join("/dev/shm", name))
-  left = [n for i, n in _shm_semaphores_by_inode().items() if i in inodes]
-  assert not left, f"the killed group's semaphores {left} are still in /dev/shm"
-  return len(held)
+  unlinked = 0
+  for name in os.listdir("/dev/shm") if inodes else ():
+    path = os.path.join("/dev/shm", name)
+    try:
+      if name.startswith("sem.") and os.stat(path).st_ino in inodes:
+        os.unlink(path)
+        unlinked += 1
+    except FileNotFoundError:  # (unlinked meanwhile)
+      continue
+  return unlinked

@@ -27,6 +27,7 @@ from ray.cluster_utils import Cluster
 import faulty_envs
 import jaxasync as ja
 from faulty_envs import RaisingEnvFactory
+from helpers import mapped_semaphores
 from jaxasync import ray_actors
 
 REPO = Path(__file__).resolve().parents[1]
@@ -480,24 +481,17 @@ def test_a_ray_actor_steps_in_a_child_process_and_returns_its_chunks_in_order(ra
     _worker(CARTPOLE).collect(-1, None)  # (no child is started)
 
 
-def _mapped_semaphores(pid: int) -> set[str]:
-  """The named semaphores process ``pid`` has open, by inode: ``sem_open`` maps each one
-  (from the temporary file glibc made it in, shown as deleted)."""
-  with open(f"/proc/{pid}/maps") as f:
-    return {line.split()[4] for line in f if "/dev/shm/sem." in line}
-
-
 @pytest.mark.skipif(not os.path.isdir(f"/proc/{os.getpid()}"), reason="Linux's /proc")
 def test_a_ray_actor_makes_no_named_semaphore(ray_actor_environ):
   """A Ray actor's body and its child open no named semaphore: ``ray.kill`` ends the Ray
   actor's process without its finalizers, and Ray kills its resource tracker with it, so
   any (an errors ``multiprocessing.Queue`` opened three) outlived every run in /dev/shm."""
-  before = _mapped_semaphores(os.getpid())
+  before = mapped_semaphores(os.getpid())
   worker = _worker(CARTPOLE)
   try:
     _collect_some(worker, 0, _params())
-    assert _mapped_semaphores(os.getpid()) - before == set()
-    assert _mapped_semaphores(worker.process.pid) == set()
+    assert mapped_semaphores(os.getpid()) - before == set()
+    assert mapped_semaphores(worker.process.pid) == set()
   finally:
     worker.close()
 

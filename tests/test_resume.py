@@ -192,7 +192,9 @@ def test_async_run_killed_three_times_resumes_and_solves(tmp_path):
       assert proc.poll() is None, proc.stderr.read()[-2000:]
       time.sleep(0.2)
     time.sleep(rng.uniform(0.5, 3.0))
-    kill_group(proc.pid)
+    # (Its process actor's queues hold named semaphores: none unlinked would mean kill_group
+    # no longer finds them, and every SIGKILL test would leave them in /dev/shm again.)
+    assert kill_group(proc.pid) > 0, "kill_group unlinked no semaphore of the killed run"
     proc.wait(30)
     last_steps = max(int(p.name) for p in resumable_checkpoints(logdir) if p.name.isdigit())
   # What the newest checkpoint holds is what the resumed run must keep. (An evaluation runs

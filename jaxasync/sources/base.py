@@ -76,8 +76,9 @@ class DataSource(Protocol):
     """Figures to record (it may keep a window that each call restarts)."""
 
   def summary(self) -> dict[str, float]:
-    """Figures for the run's ``summary.json``, over the whole run: no window, and calling it
-    changes nothing."""
+    """Figures for the run's ``summary.json``: no window (the run's last record may have just
+    restarted ``metrics``'s), and calling it changes nothing. Over this attempt of the run
+    where ``state_dict`` does not keep them (a resumed ``QueueSource`` starts afresh)."""
 
   def rng_states(self) -> dict:
     """Generator states for checkpoint metadata."""

@@ -55,7 +55,7 @@ class QueueSource:
     self._items: collections.deque[tuple[Any, int]] = collections.deque()
     self._dropped_stale = 0
     self._lags: list[int] = []  # lags of the items sampled since the last metrics()
-    self._run_lags = [np.inf, -np.inf, 0, 0]  # the run's min, max, sum, count (summary())
+    self._run_lags = [np.inf, -np.inf, 0, 0]  # this attempt's min, max, sum, count (summary())
 
   def __len__(self) -> int:
     return len(self._items)
