@@ -37,7 +37,7 @@ from jaxasync.learner import Learner
 from jaxasync.param_store import ParamStore, host_copy
 from jaxasync.placement import Placement, pin_this_thread, unpinned
 from jaxasync.recorder import Recorder
-from jaxasync.sources.base import DataSource
+from jaxasync.sources.base import DataSource, LagTally
 from jaxasync.sources.replay import ReplaySource
 from jaxasync.transport import Chunk, ChunkQueue
 
@@ -432,7 +432,7 @@ class LearnerLoop:
     # Chunks whose version went back or whose seq was not the actor's last + 1 (0 after a
     # restart): loss, duplication or reordering in the transport.
     self.order_errors = 0
-    self._lags = [0, 0, 0, 0]  # min, max, sum, count since the last record
+    self._lags = LagTally()  # of the chunks ingested since the last record
     self._returns = [0.0, 0]  # sum, count of episode returns since the last record
     self.times = {"ingest": 0.0, "publish": 0.0, "wait": 0.0}
     # (time, stage times, actors' blocked seconds) at the run's start or its first record,
@@ -447,9 +447,7 @@ class LearnerLoop:
     self.inserted += self.source.add(chunk.payload, chunk.version, chunk.env_steps)
     self.env_steps += chunk.env_steps
     self.chunks_ingested += 1
-    lag, lags = self.learner.opt_steps - chunk.version, self._lags
-    lags[:] = ([min(lags[0], lag), max(lags[1], lag), lags[2] + lag, lags[3] + 1] if lags[3]
-               else [lag, lag, lag, 1])
+    self._lags.add(self.learner.opt_steps - chunk.version)
     if chunk.episode_returns:
       self._returns[0] += sum(chunk.episode_returns)
       self._returns[1] += len(chunk.episode_returns)
@@ -481,15 +479,14 @@ class LearnerLoop:
     opt, last = self.learner.opt_steps, self._last_record
     now = time.perf_counter()
     dt = max(1e-9, now - last[0])
-    lags = self._lags
     values = {
         "env_steps": self.env_steps, "opt_steps": opt,
         "fps": (self.env_steps - last[2]) / dt,
         "samples_total": self.inserted, "samples_per_sec": (self.inserted - last[1]) / dt,
         "opt_steps_per_sec": (opt - last[3]) / dt,
         "samples_per_opt_steps": self.inserted / max(1, opt),
-        "policy_lag_min": lags[0], "policy_lag_mean": lags[2] / max(1, lags[3]),
-        "policy_lag_max": lags[1],
+        "policy_lag_min": 0, "policy_lag_mean": 0.0, "policy_lag_max": 0,  # (none ingested)
+        **self._lags.figures(),
         **{f"time_{k}_frac": v / max(1e-9, now - self.ledger.start)
            for k, v in self.stage_times().items()},
         **self.feed.metrics(), **self.source.metrics(), **self.learner.metrics()}
@@ -504,7 +501,7 @@ class LearnerLoop:
     self._bottleneck_marks = [self._bottleneck_marks[0] if len(self._bottleneck_marks) > 1
                               else mark, mark]
     self.ledger.on_record(opt, self.env_steps, values)  # (the health series and its watch)
-    self._lags, self._returns = [0, 0, 0, 0], [0.0, 0]
+    self._lags, self._returns = LagTally(), [0.0, 0]
     self._last_record = (now, self.inserted, self.env_steps, opt)
     run = self.ledger
     if run.evals:

@@ -29,6 +29,25 @@ class Sample(NamedTuple):
   info: Any
 
 
+class LagTally:
+  """The policy lags (SGD steps between the params that made an item and the learner's
+  count) of a stream of items, as running min, max, sum and count: no list that grows."""
+
+  def __init__(self):
+    self.low, self.high, self.total, self.count = float("inf"), float("-inf"), 0, 0
+
+  def add(self, *lags: int) -> None:
+    self.low, self.high = min(self.low, *lags), max(self.high, *lags)
+    self.total, self.count = self.total + sum(lags), self.count + len(lags)
+
+  def figures(self) -> dict[str, float]:
+    """``policy_lag_min`` / ``_mean`` / ``_max``; empty when nothing was added."""
+    if not self.count:
+      return {}
+    return {"policy_lag_min": float(self.low), "policy_lag_mean": self.total / self.count,
+            "policy_lag_max": float(self.high)}
+
+
 @runtime_checkable
 class DataSource(Protocol):
   """Sits between the transport (chunks from actors) and the learner's update.

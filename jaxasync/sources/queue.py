@@ -8,7 +8,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxasync.sources.base import Sample
+from jaxasync.sources.base import LagTally, Sample
 
 
 class QueueSource:
@@ -54,8 +54,8 @@ class QueueSource:
     self.batch_axis = batch_axis
     self._items: collections.deque[tuple[Any, int]] = collections.deque()
     self._dropped_stale = 0
-    self._lags: list[int] = []  # lags of the items sampled since the last metrics()
-    self._run_lags = [np.inf, -np.inf, 0, 0]  # this attempt's min, max, sum, count (summary())
+    self._window_lags = LagTally()  # the items sampled since the last metrics()
+    self._attempt_lags = LagTally()  # those sampled in this attempt of the run (summary())
 
   def __len__(self) -> int:
     return len(self._items)
@@ -136,9 +136,8 @@ class QueueSource:
     m, k = self.items_per_batch, self.updates_per_call
     popped = [self._items.popleft() for _ in range(m * k)]
     lags = [opt_steps - v for _, v in popped]
-    self._lags.extend(lags)
-    low, high, total, count = self._run_lags
-    self._run_lags = [min(low, *lags), max(high, *lags), total + sum(lags), count + len(lags)]
+    self._window_lags.add(*lags)
+    self._attempt_lags.add(*lags)
 
     def batch(*leaves):
       return np.stack([np.concatenate(leaves[i * m:(i + 1) * m], axis=self.batch_axis)
@@ -165,12 +164,8 @@ class QueueSource:
     ``policy_lag_min`` / ``_mean`` / ``_max`` are left out when nothing was sampled since
     the last call (no NaN in the logs); the lag window restarts.
     """
-    out = {"dropped_stale": float(self._dropped_stale)}
-    if self._lags:
-      lags = np.asarray(self._lags, np.float64)
-      out.update(policy_lag_min=float(lags.min()), policy_lag_mean=float(lags.mean()),
-                 policy_lag_max=float(lags.max()))
-    self._lags = []
+    out = {"dropped_stale": float(self._dropped_stale), **self._window_lags.figures()}
+    self._window_lags = LagTally()
     return out
 
   def summary(self) -> dict[str, float]:
@@ -178,9 +173,4 @@ class QueueSource:
     (``policy_lag_min`` / ``_mean`` / ``_max``; left out when nothing was sampled; a resumed
     run starts them afresh, as its queue). Unlike ``metrics`` it keeps no window: the run's
     last record may have just taken it."""
-    out = {"dropped_stale": float(self._dropped_stale)}
-    low, high, total, count = self._run_lags
-    if count:
-      out.update(policy_lag_min=float(low), policy_lag_mean=total / count,
-                 policy_lag_max=float(high))
-    return out
+    return {"dropped_stale": float(self._dropped_stale), **self._attempt_lags.figures()}
