@@ -32,6 +32,9 @@ from stable_baselines3.common.noise import NormalActionNoise
 from stable_baselines3.common.callbacks import BaseCallback
 
 
+LEARNING_STARTS = {"sac": 10_000, "td3": 25_000}  # uniform random env steps first, per algo
+
+
 def evaluate(model, env_id: str, episodes: int, seed: int) -> float:
   env = gym.make(env_id)
   returns = []
@@ -79,22 +82,22 @@ def main() -> None:
   p.add_argument("--eval-episodes", type=int, default=10)
   args = p.parse_args()
   env = gym.make(args.env_id)
+  learning_starts = (LEARNING_STARTS[args.algo] if args.learning_starts is None
+                     else args.learning_starts)
   if args.algo == "sac":
-    model = SAC("MlpPolicy", env, seed=args.seed, verbose=0,
-                learning_starts=10_000 if args.learning_starts is None else args.learning_starts)
+    model = SAC("MlpPolicy", env, seed=args.seed, verbose=0, learning_starts=learning_starts)
   else:
     actions = env.action_space.shape[-1]
-    model = TD3("MlpPolicy", env, seed=args.seed, verbose=0, learning_rate=3e-4,
-                batch_size=256, buffer_size=1_000_000, tau=0.005, gamma=0.99, policy_delay=2,
-                target_policy_noise=0.2, target_noise_clip=0.5, train_freq=1, gradient_steps=1,
-                action_noise=NormalActionNoise(np.zeros(actions), 0.1 * np.ones(actions)),
-                policy_kwargs={"net_arch": [256, 256]},
-                learning_starts=25_000 if args.learning_starts is None else args.learning_starts)
+    model = TD3("MlpPolicy", env, seed=args.seed, verbose=0, learning_starts=learning_starts,
+                learning_rate=3e-4, batch_size=256, buffer_size=1_000_000, tau=0.005,
+                gamma=0.99, policy_delay=2, target_policy_noise=0.2, target_noise_clip=0.5,
+                train_freq=1, gradient_steps=1, policy_kwargs={"net_arch": [256, 256]},
+                action_noise=NormalActionNoise(np.zeros(actions), 0.1 * np.ones(actions)))
   callback = Evaluations(args.env_id, args.eval_every, args.eval_episodes, args.seed)
   start = time.perf_counter()
   model.learn(total_timesteps=args.steps, callback=callback)
-  print(json.dumps({"algo": args.algo, "env_id": args.env_id, "steps": args.steps, "seed": args.seed,
-                    "wall_s_total": round(time.perf_counter() - start, 1),
+  print(json.dumps({"algo": args.algo, "env_id": args.env_id, "steps": args.steps,
+                    "seed": args.seed, "wall_s_total": round(time.perf_counter() - start, 1),
                     "train_s": round(callback.train_s, 1), "evals": callback.points}))
 
 
